@@ -1,0 +1,1 @@
+"""Toolkit that carries the Turing / no-P2P prefill series as patches on vLLM."""

@@ -1,0 +1,80 @@
+"""Find and download one source distribution through pip's configured index.
+
+``pip download --no-binary`` of vLLM runs its build backend to read the
+metadata, which needs torch. This asks pip's own package finder (so the
+user's index, extra indexes, find-links, certificates and proxies apply)
+for the file and downloads only that file, with pip's own session.
+
+Run as ``python -m serieskit._pipfetch NAME VERSION FILENAME DEST``; prints
+JSON ``{"url": ..., "sha256": ..., "size": ...}`` and reports progress on
+stderr. Exit status 2 means "no such file on the index", 1 any other error.
+This uses pip's internal API, kept to this one small module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+
+def _finder_and_session():
+    from pip._internal.commands import create_command
+
+    cmd = create_command("download")
+    options, _ = cmd.parse_args(["--no-deps", "placeholder"])
+    return cmd, options
+
+
+def main(argv: list[str]) -> int:
+    name, version, filename, dest = argv
+    # pip warns about every find-links / file:// index that lacks the package.
+    logging.getLogger("pip").setLevel(logging.ERROR)
+    cmd, options = _finder_and_session()
+    with cmd.main_context():
+        session = cmd.get_default_session(options)
+        finder = cmd._build_package_finder(
+            options=options, session=session, ignore_requires_python=True
+        )
+        found = [
+            c.link for c in finder.find_all_candidates(name)
+            if c.link.filename == filename
+        ]
+        if not found:
+            print(f"{filename} is not on the package index", file=sys.stderr)
+            return 2
+        link = found[0]
+        info = {"url": link.url_without_fragment,
+                "sha256": link.hash if link.hash_name == "sha256" else None}
+        try:
+            resp = session.get(link.url_without_fragment, stream=True, timeout=60)
+            resp.raise_for_status()
+        except Exception as e:  # noqa: BLE001 - reported as one line
+            print(f"download of {filename} failed: {e}", file=sys.stderr)
+            return 1
+        total = int(resp.headers.get("content-length") or 0)
+        info["size"] = total
+        print(f"downloading {filename} ({total / 1e6:.1f} MB)", file=sys.stderr)
+        done, shown, start = 0, -1, time.monotonic()
+        try:
+            with open(dest, "wb") as f:
+                for chunk in resp.iter_content(1 << 20):
+                    f.write(chunk)
+                    done += len(chunk)
+                    pct = int(100 * done / total) if total else 0
+                    if pct // 10 != shown:
+                        shown = pct // 10
+                        rate = done / max(time.monotonic() - start, 1e-3) / 1e6
+                        print(f"  {done / 1e6:6.1f} MB  {pct:3d}%  {rate:.1f} MB/s",
+                              file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001 - reported as one line
+            print(f"download of {filename} failed: {e}", file=sys.stderr)
+            return 1
+        info["size"] = done
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,271 @@
+"""Build the series' native extension, ``vllm._sm7x_C``, for sm_70 / sm_75.
+
+The sources live in the patched tree under ``csrc/sm7x/`` (the convention is
+in that folder's README): ``*.cu`` files hold kernels and launchers without
+torch headers, so each compiles with plain nvcc; ``*_sm75.cu`` files are
+Turing-only; ``*_ops.cpp`` files hold the torch bindings.
+
+``compile_kernels`` compiles every kernel for every architecture it targets
+and collects the ptxas resource usage; ``link_extension`` (needs torch with
+CUDA) turns them into an importable module. Run on a GPU machine as
+``python3 -m serieskit.build --src TREE --out DIR --ptx --link``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from serieskit.errors import ToolkitError
+
+SRC_DIR = "csrc/sm7x"
+MODULE = "_sm7x_C"
+ALL_ARCHS = ("70", "75")
+PTX_ARCH = "75"
+
+
+@dataclass
+class Kernel:
+    source: str
+    archs: tuple[str, ...]
+
+
+@dataclass
+class Usage:
+    """ptxas resource usage of one function for one architecture."""
+
+    function: str
+    arch: str
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+
+
+@dataclass
+class Report:
+    nvcc: dict[str, str] = field(default_factory=dict)
+    kernels: list[dict] = field(default_factory=list)
+    usage: list[Usage] = field(default_factory=list)
+    sass: dict[str, list[str]] = field(default_factory=dict)
+    module: str | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def discover(tree: Path) -> list[Kernel]:
+    """The kernels of the series: Turing-only files build for sm_75 alone."""
+    src = tree / SRC_DIR
+    if not src.is_dir():
+        return []
+    kernels = []
+    for path in sorted(src.glob("*.cu")):
+        archs = ("75",) if path.stem.endswith("_sm75") else ALL_ARCHS
+        kernels.append(Kernel(str(path.relative_to(tree)), archs))
+    return kernels
+
+
+def nvcc_archs(nvcc: str) -> set[str]:
+    """Real architectures this nvcc can target, e.g. {'75', '80'}."""
+    out = _run([nvcc, "--list-gpu-arch"]).stdout
+    return set(re.findall(r"compute_(\d+)", out))
+
+
+def nvcc_version(nvcc: str) -> str:
+    out = _run([nvcc, "--version"]).stdout
+    m = re.search(r"release ([\d.]+)", out)
+    return m.group(1) if m else "unknown"
+
+
+def gencode_flags(archs: tuple[str, ...], ptx: bool) -> list[str]:
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    if ptx and PTX_ARCH in archs:
+        flags.append(f"-gencode=arch=compute_{PTX_ARCH},code=compute_{PTX_ARCH}")
+    return flags
+
+
+_FUNC = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
+_PROPS = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED = re.compile(r"Used (\d+) registers(?:.*?, (\d+) bytes smem)?")
+
+
+def parse_ptxas(text: str) -> list[Usage]:
+    """Per-function resource usage from ``nvcc -Xptxas -v`` output."""
+    usages: list[Usage] = []
+    current: Usage | None = None
+    for line in text.splitlines():
+        if m := _FUNC.search(line):
+            current = Usage(function=m.group(1), arch=m.group(2)[3:])
+            usages.append(current)
+        elif current is not None and (m := _PROPS.search(line)):
+            current.stack_bytes = int(m.group(1))
+            current.spill_stores = int(m.group(2))
+            current.spill_loads = int(m.group(3))
+        elif current is not None and (m := _USED.search(line)):
+            current.registers = int(m.group(1))
+            current.shared_bytes = int(m.group(2) or 0)
+    return usages
+
+
+def compile_kernel(
+    nvcc: str, tree: Path, kernel: Kernel, archs: tuple[str, ...], ptx: bool,
+    out: Path, extra: list[str] | None = None,
+) -> tuple[Path, list[Usage]]:
+    """Compile one ``.cu`` to a relocatable object; return it and its usage."""
+    obj = out / (Path(kernel.source).stem + ".o")
+    cmd = [
+        nvcc, "-c", str(tree / kernel.source), "-o", str(obj),
+        "-O3", "-std=c++17", "-lineinfo", "-Xcompiler", "-fPIC",
+        "--expt-relaxed-constexpr", "-Xptxas", "-v",
+        *gencode_flags(archs, ptx), *(extra or []),
+    ]
+    proc = _run(cmd, check=False)
+    if proc.returncode != 0:
+        raise ToolkitError(
+            f"nvcc failed on {kernel.source} for sm_{'/sm_'.join(archs)}:\n"
+            + proc.stdout + proc.stderr
+        )
+    return obj, parse_ptxas(proc.stdout + proc.stderr)
+
+
+def sass_summary(obj: Path) -> list[str]:
+    """Machine code the object holds, per cuobjdump (absent tool: empty)."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return []
+    out = _run([tool, "--list-elf", "--list-ptx", str(obj)], check=False).stdout
+    return sorted({line.split()[-1] for line in out.splitlines() if line.strip()})
+
+
+def link_extension(
+    tree: Path, objects: list[Path], out: Path, nvcc: str
+) -> Path:
+    """Compile the torch bindings and link ``_sm7x_C`` (needs torch + CUDA)."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as e:
+        raise ToolkitError(f"linking {MODULE} needs torch: {e}") from e
+    cuda_home = Path(nvcc).resolve().parent.parent
+    includes = [*cpp_extension.include_paths(), str(cuda_home / "include")]
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cpp_objs = []
+    for cpp in sorted((tree / SRC_DIR).glob("*.cpp")):
+        obj = out / (cpp.stem + ".cpp.o")
+        _run_or_raise([
+            "c++", "-c", str(cpp), "-o", str(obj), "-O2", "-std=c++17", "-fPIC",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{i}" for i in includes),
+            f"-I{tree / SRC_DIR}",
+        ], f"compiling {cpp.name}")
+        cpp_objs.append(obj)
+    so = out / f"{MODULE}.abi3.so"
+    libdirs = [*cpp_extension.library_paths(), str(cuda_home / "lib64"),
+               str(cuda_home / "lib64" / "stubs")]
+    _run_or_raise([
+        "c++", "-shared", "-o", str(so), *map(str, cpp_objs), *map(str, objects),
+        *(f"-L{d}" for d in libdirs),
+        *(f"-Wl,-rpath,{d}" for d in cpp_extension.library_paths()),
+        "-lc10", "-ltorch", "-ltorch_cpu", "-lc10_cuda", "-ltorch_cuda",
+        "-lcudart", "-lcuda",
+    ], f"linking {so.name}")
+    return so
+
+
+def build(
+    tree: Path, out: Path, *, archs: tuple[str, ...] = ALL_ARCHS,
+    ptx: bool = False, link: bool = False, nvcc: str | None = None,
+    log=print,
+) -> Report:
+    """Compile (and optionally link) the series' native code under ``out``."""
+    kernels = discover(tree)
+    report = Report()
+    if not kernels:
+        log(f"build: the series has no native code yet ({SRC_DIR}/ is empty)")
+        return report
+    nvcc = nvcc or shutil.which("nvcc")
+    if nvcc is None:
+        raise ToolkitError("build: nvcc not found (install the CUDA toolkit)")
+    report.nvcc = {"path": nvcc, "version": nvcc_version(nvcc)}
+    supported = nvcc_archs(nvcc)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for k in kernels:
+        want = tuple(a for a in k.archs if a in archs)
+        if not want:
+            continue
+        missing = [a for a in want if a not in supported]
+        if missing:
+            raise ToolkitError(
+                f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
+                f"sm_{', sm_'.join(missing)} needed by {k.source}"
+            )
+        jobs.append((k, want))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(
+            lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs
+        ))
+    objects = []
+    for (k, want), (obj, usage) in zip(jobs, results):
+        objects.append(obj)
+        report.kernels.append({"source": k.source, "archs": list(want)})
+        report.usage.extend(usage)
+        report.sass[k.source] = sass_summary(obj)
+        for u in usage:
+            log(f"  {k.source} sm_{u.arch} {_short(u.function)}: "
+                f"{u.registers} regs, {u.shared_bytes} B smem, "
+                f"{u.stack_bytes} B stack, spills {u.spill_stores}/{u.spill_loads}")
+    if link:
+        report.module = str(link_extension(tree, objects, out, nvcc))
+        log(f"build: linked {report.module}")
+    return report
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+
+
+def _run_or_raise(cmd: list[str], what: str) -> None:
+    proc = _run(cmd, check=False)
+    if proc.returncode != 0:
+        raise ToolkitError(f"build: {what} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m serieskit.build")
+    p.add_argument("--src", type=Path, required=True, help="patched vLLM tree")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--arch", action="append", choices=ALL_ARCHS)
+    p.add_argument("--ptx", action="store_true", help="add compute_75 PTX")
+    p.add_argument("--link", action="store_true", help="link the torch module")
+    p.add_argument("--report", type=Path, help="write the JSON report here")
+    a = p.parse_args(argv)
+    try:
+        report = build(a.src, a.out, archs=tuple(a.arch or ALL_ARCHS),
+                       ptx=a.ptx, link=a.link)
+    except ToolkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if a.report:
+        a.report.write_text(report.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
