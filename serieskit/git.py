@@ -40,8 +40,6 @@ STABLE_CONFIG = {
     "format.numbered": "false",
     "format.signOff": "false",
     "format.thread": "false",
-    "format.to": "",
-    "format.cc": "",
     "am.keepcr": "false",
     "am.threeWay": "true",
     "apply.whitespace": "nowarn",
@@ -62,8 +60,12 @@ STABLE_CONFIG = {
 MIN_VERSION = (2, 20)  # range-diff and --committer-date-is-author-date for rebase
 
 
-def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def git_env(extra: dict[str, str] | None = None, isolated: bool = True) -> dict[str, str]:
+    """The environment of every git call: no user or system config (fetches
+    excepted, which may need the user's credentials), a fixed committer."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    if isolated:
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
     env.update(
         GIT_COMMITTER_NAME=COMMITTER[0],
         GIT_COMMITTER_EMAIL=COMMITTER[1],
@@ -106,14 +108,14 @@ def git(
 
 def run(
     repo: Path | None, *args: str, input: bytes | None = None,
-    env: dict[str, str] | None = None, capture: bool = True,
+    env: dict[str, str] | None = None, capture: bool = True, isolated: bool = True,
 ) -> subprocess.CompletedProcess:
     cmd = ["git", *_config_args()]
     if repo is not None:
         cmd += ["-C", str(repo)]
     cmd += list(args)
     return subprocess.run(
-        cmd, input=input, env=git_env(env),
+        cmd, input=input, env=git_env(env, isolated),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
     )

@@ -114,10 +114,11 @@ def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{source}@{ref}").strip("_")[-120:]
     dest = f"refs/series/base/git/{safe}"
     log(f"rebase: fetching {ref} from {source}")
-    proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}")
+    proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}",
+                 isolated=False)
     if proc.returncode != 0:
         # A commit id is not a ref name: fetch it, then point our ref at it.
-        proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, ref)
+        proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, ref, isolated=False)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             raise ToolkitError(f"cannot fetch {ref} from {source}: {err[-1] if err else 'git fetch failed'}")

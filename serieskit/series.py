@@ -186,7 +186,8 @@ def save_unsaved(repo: Path, state: State, log=print) -> None:
         log(f"saved {len(extra)} unexported commit(s) as {ref}")
     if dirty:
         g.git(repo, "stash", "push", "--include-untracked", "-m",
-              f"vllm-series {stamp}: saved by --force")
+              f"vllm-series {stamp}: saved by --force",
+              env={"GIT_AUTHOR_NAME": g.COMMITTER[0], "GIT_AUTHOR_EMAIL": g.COMMITTER[1]})
         log(f"stashed {len(dirty)} uncommitted file(s): `git -C {repo} stash list`")
 
 

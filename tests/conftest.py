@@ -1,0 +1,96 @@
+"""Fixtures: small synthetic vLLM "sdists" and toolkit roots around them."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from serieskit import base as b
+from serieskit import git as g
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+BASE_FILES = {
+    "vllm/__init__.py": "VERSION = 1\n",
+    "vllm/config/kernel.py": "class KernelConfig:\n    a = 1\n    b = 2\n    c = 3\n",
+    "vllm/utils.py": "".join(f"def f{i}():\n    return {i}\n\n" for i in range(20)),
+    "setup.py": "print('setup')\n",
+    "tools/run.sh": "#!/bin/sh\necho run\n",
+    ".gitignore": "*.so\nbuild/\n",
+    "vllm/_C.so": "not really a library\n",
+}
+
+
+def make_sdist(path: Path, version: str, files: dict[str, str],
+               executable: tuple[str, ...] = ("tools/run.sh",)) -> Path:
+    """A .tar.gz laid out like a PyPI sdist: everything under vllm-VERSION/."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"vllm-{version}/{name}")
+            info.size = len(data)
+            info.mode = 0o755 if name in executable else 0o644
+            info.mtime = 1234567890
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo(f"vllm-{version}/vllm/link.py")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "utils.py"
+        tar.addfile(link)
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(d))
+    monkeypatch.setenv("VLLM_SERIES_QUIET", "1")
+    return d / "sdists"
+
+
+def add_release(cache: Path, version: str, files: dict[str, str]) -> str:
+    """Put a synthetic sdist in the cache (as if downloaded); return its sha256."""
+    path = make_sdist(cache / f"vllm-{version}.tar.gz", version, files)
+    digest = b.sha256_of(path)
+    path.with_suffix(".sha256").write_text(digest + "\n")
+    return digest
+
+
+@pytest.fixture
+def root(tmp_path, cache) -> Path:
+    """A toolkit root on synthetic vLLM 0.0.1, with an empty series."""
+    r = tmp_path / "root"
+    (r / "patches").mkdir(parents=True)
+    (r / "patches" / "series").write_text("")
+    sha = add_release(cache, "0.0.1", BASE_FILES)
+    scratch = tmp_path / "scratch"
+    b.ensure_repo(scratch)
+    commit = b.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=lambda *a: None)
+    b.write_pin(r, b.Pin("0.0.1", sha, commit))
+    shutil.rmtree(scratch)
+    return r
+
+
+def commit_file(repo: Path, path: str, text: str, subject: str,
+                author: str = "Ada <ada@example.com>", date: str = "1700000000 +0100") -> str:
+    """Commit one file change in ``repo`` as a user would."""
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    name, email = author[:-1].split(" <")
+    env = dict(os.environ, GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email,
+               GIT_AUTHOR_DATE=date, GIT_COMMITTER_NAME="Someone",
+               GIT_COMMITTER_EMAIL="someone@example.com")
+    subprocess.run(["git", "-C", str(repo), "add", path], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", subject,
+                    "-m", "Why: because the test says so."], check=True, env=env)
+    return g.rev(repo, "HEAD") or ""
+
+
+def quiet(*_args) -> None:
+    pass
