@@ -215,6 +215,7 @@ def apply(root: Path, force: bool = False, log=print) -> State:
             g.git(repo, "am", "--abort")
         g.git(repo, "reset", "-q", "--hard")
         state.in_progress = None
+        state.fingerprint = None  # whatever HEAD is now, it is not the series
         # The commits an interrupted apply made are reproducible from patches/.
         state.head = g.rev(repo, "HEAD")
         state.save(root)
