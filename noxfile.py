@@ -15,13 +15,14 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli  # noqa: E402
+from serieskit import cli, lint, series  # noqa: E402
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
+LINT = (lint.RUFF, *lint.MYPY)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -60,13 +61,33 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """Regenerate the runtime reference and amend it into its patch (-- --check)."""
+    _toolkit(session, "docs")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """check-layering (base vs series head), ruff and mypy on the changed files."""
+    session.install(*LINT)
+    session.run("python", "-m", "serieskit", "lint")
+
+
+@nox.session
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each."""
-    _toolkit(session, "test")
+    session.install(PYTEST, *series.test_requirements(ROOT))
+    session.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """What CI runs: the toolkit's own tests, then the series checks."""
-    session.install(PYTEST)
+    """What CI runs: the toolkit's tests, apply, export round-trip, build,
+    docs --check, lint and the series' CPU tests."""
+    session.install(PYTEST, *LINT)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+    session.run("python", "-m", "serieskit", "apply")
+    if requirements := series.test_requirements(ROOT):
+        session.install(*requirements)
+    for step in (["export", "--check"], ["build"], ["docs", "--check"], ["lint"], ["test"]):
+        session.run("python", "-m", "serieskit", *step)

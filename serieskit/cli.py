@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-from serieskit import build, rebase, series
+from serieskit import build, docs, layering, lint, rebase, runner, series
 from serieskit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser("apply", help="make .work/vllm the pinned base plus patches/")
     a.add_argument("--force", action="store_true",
                    help="go on over unexported work (stashed / saved under a ref first)")
-    sub.add_parser("export", help="write the work tree's commits to patches/")
+    e = sub.add_parser("export", help="write the work tree's commits to patches/")
+    e.add_argument("--check", action="store_true",
+                   help="write nothing; fail when patches/ differs from the work tree")
     sub.add_parser("status", help="base, applied commits, differences, uncommitted files")
     r = sub.add_parser("rebase", help="move the series onto another base")
     r.add_argument("target", nargs="?", help="vllm==VERSION or REPO@REF")
@@ -36,7 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
     bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
-    sub.add_parser("test", help="run the series' test files, one process each")
+    t = sub.add_parser("test", help="run the series' test files, one process each")
+    t.add_argument("--gpu", action="store_true",
+                   help="GPU machine: build with PTX, run every file, write results/")
+    d = sub.add_parser("docs", help="regenerate the runtime reference in the work tree")
+    d.add_argument("--check", action="store_true", help="fail with a diff when stale")
+    sub.add_parser("lint", help="check-layering, ruff and mypy on the series")
     return p
 
 
@@ -47,13 +56,50 @@ def _applied_tree(root: Path) -> Path:
     return tree
 
 
+def _lint(root: Path) -> int:
+    tree = _applied_tree(root)
+    state = series.State.load(root)
+    assert state.base
+    lint.require_tools()
+    script = tree / "tools/pre_commit/check_layering.py"
+    failed = lint.lint(tree, state.base, log=print)
+    if script.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            series.materialize(tree, state.base, Path(tmp), "vllm")
+            increases, lines = layering.check(Path(tmp), tree, script)
+        for line in lines:
+            print(f"  {line}")
+        print(f"  check-layering: {'FAILED' if increases else 'passed'}")
+        if increases:
+            failed.append("check-layering")
+    if failed:
+        raise ToolkitError(f"lint failed: {', '.join(failed)}")
+    return 0
+
+
+def _test(root: Path, gpu: bool) -> int:
+    tree = _applied_tree(root)
+    tests = series.test_files(root)
+    out = root / series.WORK / "test-results"
+    outcomes = runner.run_all(tree, tests, out)
+    if gpu:
+        head = series.State.load(root).head or ""
+        dest = root / "results" / f"tests-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        runner.write_results(dest, outcomes, head)
+        print(f"test: results written to {dest.relative_to(root)}")
+    if any(not o.ok for o in outcomes):
+        raise ToolkitError("test: failures above")
+    return 0
+
+
 def run(argv: list[str], root: Path = ROOT) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "apply":
             series.apply(root, force=args.force)
         elif args.command == "export":
-            series.export(root)
+            if series.export(root, check=args.check) and args.check:
+                raise ToolkitError("patches/ differs from the work tree: run `nox -s export`")
         elif args.command == "status":
             series.status(root)
         elif args.command == "rebase":
@@ -70,9 +116,23 @@ def run(argv: list[str], root: Path = ROOT) -> int:
             out = root / series.WORK / "build"
             report = build.build(tree, out, archs=tuple(args.arch or build.ALL_ARCHS),
                                  ptx=args.ptx, link=args.link)
-            (out.mkdir(parents=True, exist_ok=True), (out / "report.json").write_text(report.to_json()))
+            if report.kernels:
+                (out / "report.json").write_text(report.to_json())
+                print(f"build: report {out / 'report.json'}")
         elif args.command == "test":
-            print("test: the series has no test files yet (patches/manifest.toml lists none)")
+            return _test(root, args.gpu)
+        elif args.command == "docs":
+            tree = _applied_tree(root)
+            if args.check:
+                diff = docs.check(tree)
+                if diff:
+                    print(diff)
+                    raise ToolkitError(f"{docs.OUTPUT} is stale: run `nox -s docs`")
+                print(f"docs: {docs.OUTPUT} is up to date")
+            elif docs.amend(tree, series.State.load(root).base or ""):
+                series.export(root)
+        elif args.command == "lint":
+            return _lint(root)
     except ToolkitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

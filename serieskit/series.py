@@ -19,8 +19,9 @@ import email
 import email.header
 import email.policy
 import hashlib
+import io
 import json
-import shutil
+import tarfile
 import tempfile
 import time
 import tomllib
@@ -296,8 +297,11 @@ def format_patches(repo: Path, base_commit: str, out: Path) -> list[str]:
     return [Path(p).name for p in listed.split()]
 
 
-def export(root: Path, log=print) -> list[str]:
-    """Regenerate patches/ from the work tree's commits; return changed names."""
+def export(root: Path, check: bool = False, log=print) -> list[str]:
+    """Regenerate patches/ from the work tree's commits; return changed names.
+
+    With ``check`` nothing is written: the names that would change are returned.
+    """
     repo = work_repo(root)
     state = State.load(root)
     if not g.is_repo(repo) or not state.base:
@@ -326,9 +330,14 @@ def export(root: Path, log=print) -> list[str]:
             new = (Path(tmp) / name).read_bytes()
             dest = pdir / name
             if not dest.exists() or dest.read_bytes() != new:
-                dest.write_bytes(new)
+                if not check:
+                    dest.write_bytes(new)
                 changed.append(name)
     removed = [n for n in old if n not in names]
+    if check:
+        drift = changed + removed + ([] if old == names else ["series"])
+        log(f"export --check: {'patches/ matches the work tree' if not drift else 'differs: ' + ', '.join(drift)}")
+        return drift
     for name in removed:
         (root / PATCHES / name).unlink()
     series_text = "".join(n + "\n" for n in names)
@@ -418,5 +427,26 @@ def status(root: Path, log=print) -> dict:
     return info
 
 
-def remove_work_tree(root: Path) -> None:
-    shutil.rmtree(root / WORK, ignore_errors=True)
+def test_files(root: Path) -> list[str]:
+    """The series' test files, in series order, from the manifest."""
+    files: list[str] = []
+    for entry in read_manifest(root):
+        files += [t for t in entry.get("tests", []) if t not in files]
+    return files
+
+
+def test_requirements(root: Path) -> list[str]:
+    """What the series' CPU tests need installed: torch (CPU) and vLLM's
+    Python requirements; nothing while the series has no test files."""
+    if not test_files(root):
+        return []
+    return ["torch==2.13.0", "-r", str(work_repo(root) / "requirements" / "common.txt")]
+
+
+def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:
+    """Write ``paths`` of ``commit`` into ``dest`` without touching the work tree."""
+    archive = g.run(repo, "archive", "--format=tar", commit, *paths)
+    if archive.returncode != 0:
+        raise ToolkitError(f"git archive of {commit[:12]} failed")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")

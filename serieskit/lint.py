@@ -1,0 +1,67 @@
+"""ruff and mypy on the files the series changes, with vLLM's own settings.
+
+Versions are those vLLM 0.26.0's .pre-commit-config.yaml pins (ruff 0.14.0,
+mypy 1.20.2); the nox session installs them once into its own environment,
+after which lint runs offline. mypy runs with ``--follow-imports=skip`` on the
+changed files only (vLLM's pyproject otherwise applies), so it needs neither
+torch nor the rest of vLLM installed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from serieskit import git
+from serieskit.errors import ToolkitError
+
+RUFF = "ruff==0.14.0"
+MYPY = ("mypy==1.20.2", "pydantic", "types-cachetools", "types-setuptools",
+        "types-PyYAML", "types-requests", "regex")
+MYPY_PYTHON = "3.10"  # vLLM's lowest supported Python, its first mypy hook
+
+
+def changed_python_files(tree: Path, base: str) -> list[str]:
+    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD", "--", "*.py")
+    return [f for f in out.split() if (tree / f).is_file()]
+
+
+def run_tool(tree: Path, args: list[str], log=print) -> bool:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=tree, capture_output=True, text=True)
+    ok = proc.returncode == 0
+    text = (proc.stdout + proc.stderr).strip()
+    if text and not ok:
+        log(text)
+    return ok
+
+
+def lint(tree: Path, base: str, log=print) -> list[str]:
+    """Run ruff check, ruff format --check and mypy; return the failed ones."""
+    files = changed_python_files(tree, base)
+    if not files:
+        log("lint: the series changes no Python files")
+        return []
+    log(f"lint: {len(files)} Python file(s) changed by the series")
+    failed = []
+    checks = {
+        "ruff check": ["ruff", "check", "--no-cache", *files],
+        "ruff format": ["ruff", "format", "--check", "--no-cache", *files],
+    }
+    package = [f for f in files if f.startswith("vllm/")]
+    if package:  # vLLM type-checks its package; tools/ and tests/ are not in its mypy run
+        checks["mypy"] = ["mypy", "--python-version", MYPY_PYTHON, "--follow-imports",
+                          "skip", "--no-incremental", *package]
+    for name, args in checks.items():
+        ok = run_tool(tree, args, log)
+        log(f"  {name}: {'passed' if ok else 'FAILED'}")
+        if not ok:
+            failed.append(name)
+    return failed
+
+
+def require_tools() -> None:
+    for mod in ("ruff", "mypy"):
+        if subprocess.run([sys.executable, "-m", mod, "--version"],
+                          capture_output=True).returncode != 0:
+            raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")

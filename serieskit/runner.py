@@ -1,0 +1,156 @@
+"""Run the series' test files in the patched tree, one pytest process each.
+
+One process per file, as the seed's Test Plan does: a file that crashes its
+process, leaks CUDA state or initialises torch.distributed cannot affect the
+next. Each file writes JUnit XML; the summary gives per file
+``N passed, N failed, N skipped`` and the skip reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from serieskit.errors import ToolkitError
+
+
+@dataclass
+class Outcome:
+    file: str
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    returncode: int = 0
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        # pytest exits 5 when every test was deselected / none collected.
+        return self.failed == 0 and self.errors == 0 and self.returncode in (0, 5)
+
+    def line(self) -> str:
+        text = f"{self.file}: {self.passed} passed, {self.failed + self.errors} failed, " \
+               f"{self.skipped} skipped ({self.seconds:.1f} s)"
+        if self.returncode not in (0, 1, 5):
+            text += f" [pytest exit {self.returncode}]"
+        return text
+
+
+def parse_junit(path: Path, name: str) -> Outcome:
+    out = Outcome(name)
+    if not path.exists():
+        return out
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        if (node := case.find("skipped")) is not None:
+            out.skipped += 1
+            reason = (node.get("message") or "").removeprefix("Skipped: ").strip()
+            out.skip_reasons[reason] = out.skip_reasons.get(reason, 0) + 1
+        elif case.find("failure") is not None:
+            out.failed += 1
+            out.failures.append(test)
+        elif case.find("error") is not None:
+            out.errors += 1
+            out.failures.append(test)
+        else:
+            out.passed += 1
+    return out
+
+
+def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
+             env: dict[str, str] | None = None, timeout: float = 1800) -> Outcome:
+    if not (tree / test).is_file():
+        raise ToolkitError(f"test file {test} is not in {tree}")
+    xml = out_dir / (test.replace("/", "__") + ".xml")
+    xml.unlink(missing_ok=True)
+    start = time.monotonic()
+    run_env = dict(os.environ, **(env or {}))
+    run_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.run(
+            [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+             f"--junitxml={xml}", test],
+            cwd=tree, env=run_env, timeout=timeout, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+        code, log = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        code, log = 124, (e.stdout or "") if isinstance(e.stdout, str) else ""
+    (out_dir / (test.replace("/", "__") + ".log")).write_text(log)
+    outcome = parse_junit(xml, test)
+    outcome.seconds = time.monotonic() - start
+    outcome.returncode = code
+    if code not in (0, 1, 5) and not outcome.failures:
+        outcome.errors += 1  # crashed or timed out before reporting
+        outcome.failures.append(f"{test} (pytest exit {code})")
+    return outcome
+
+
+def run_all(tree: Path, tests: list[str], out_dir: Path, log=print, **kw) -> list[Outcome]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not tests:
+        log("test: the series has no test files yet (patches/manifest.toml lists none)")
+        return []
+    outcomes = []
+    for i, test in enumerate(tests, 1):
+        log(f"test {i}/{len(tests)}: {test}")
+        outcomes.append(run_file(tree, test, out_dir, **kw))
+        log("  " + outcomes[-1].line())
+    log(summary(outcomes))
+    return outcomes
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    lines = ["", "summary:"]
+    for o in outcomes:
+        lines.append(f"  {o.line()}")
+        for reason, n in sorted(o.skip_reasons.items()):
+            lines.append(f"      skipped {n}: {reason}")
+        for name in o.failures:
+            lines.append(f"      FAILED {name}")
+    tot = [sum(getattr(o, k) for o in outcomes) for k in ("passed", "failed", "skipped")]
+    tot[1] += sum(o.errors for o in outcomes)
+    lines.append(f"{tot[0]} passed, {tot[1]} failed, {tot[2]} skipped")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    """What ran the tests: GPU, driver, torch (where importable)."""
+    info = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "host": platform.node(),
+            "python": platform.python_version()}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i)
+                            for i in range(torch.cuda.device_count())]
+            info["capability"] = list(torch.cuda.get_device_capability(0))
+    except ImportError:
+        info["torch"] = None
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        info["driver"] = smi.stdout.split("\n")[0].strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        info["driver"] = None
+    return info
+
+
+def write_results(path: Path, outcomes: list[Outcome], series_commit: str, extra: dict | None = None) -> None:
+    data = {**environment(), "series_commit": series_commit,
+            "files": [asdict(o) for o in outcomes], **(extra or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

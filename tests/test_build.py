@@ -1,0 +1,69 @@
+"""The native build: kernel discovery, arch selection, ptxas report, errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from serieskit import build
+from serieskit.errors import ToolkitError
+
+PTXAS = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_75'
+ptxas info    : Function properties for _Z6kernelPf
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 49152 bytes smem, 352 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_70'
+ptxas info    : Function properties for _Z6kernelPf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 352 bytes cmem[0]
+"""
+GOOD = "__global__ void scale(float* x) { x[threadIdx.x] *= 2.f; }\n"
+BAD = "__global__ void scale(float* x) { x[threadIdx.x] *= undefined_name; }\n"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+def tree_with(tmp_path, files):
+    src = tmp_path / "tree" / build.SRC_DIR
+    src.mkdir(parents=True)
+    for name, text in files.items():
+        (src / name).write_text(text)
+    return tmp_path / "tree"
+
+
+def test_ptxas_report_is_parsed_per_function_and_arch():
+    usage = build.parse_ptxas(PTXAS)
+    assert [(u.arch, u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores)
+            for u in usage] == [("75", 255, 49152, 8, 4), ("70", 32, 0, 0, 0)]
+
+
+def test_turing_only_files_build_for_sm75_alone(tmp_path):
+    tree = tree_with(tmp_path, {"a.cu": GOOD, "b_sm75.cu": GOOD})
+    assert [(k.source, k.archs) for k in build.discover(tree)] == [
+        ("csrc/sm7x/a.cu", ("70", "75")), ("csrc/sm7x/b_sm75.cu", ("75",))]
+    assert build.gencode_flags(("75",), ptx=True) == [
+        "-gencode=arch=compute_75,code=sm_75", "-gencode=arch=compute_75,code=compute_75"]
+
+
+def test_no_native_code_says_so_and_succeeds(tmp_path):
+    lines = []
+    report = build.build(tmp_path, tmp_path / "out", log=lines.append)
+    assert report.kernels == [] and "no native code yet" in lines[0]
+
+
+@needs_nvcc
+def test_kernel_compiles_with_a_resource_report(tmp_path):
+    tree = tree_with(tmp_path, {"ok_sm75.cu": GOOD})
+    report = build.build(tree, tmp_path / "out", archs=("75",), ptx=True, log=lambda *a: None)
+    (usage,) = report.usage
+    assert usage.arch == "75" and usage.registers > 0 and usage.spill_stores == 0
+    assert '"registers"' in report.to_json()
+
+
+@needs_nvcc
+def test_kernel_that_does_not_compile_names_the_file(tmp_path):
+    tree = tree_with(tmp_path, {"broken_sm75.cu": BAD})
+    with pytest.raises(ToolkitError, match=r"nvcc failed on csrc/sm7x/broken_sm75.cu for sm_75"):
+        build.build(tree, tmp_path / "out", archs=("75",), log=lambda *a: None)

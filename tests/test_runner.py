@@ -1,0 +1,75 @@
+"""The per-file test runner: outcomes, skip reasons, failures, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+from serieskit import runner
+
+PASSING = """
+import pytest
+
+def test_ok():
+    assert 1 + 1 == 2
+
+@pytest.mark.skip(reason="needs two GPUs")
+def test_two_gpus():
+    pass
+"""
+FAILING = """
+def test_wrong():
+    assert sum([0.1] * 10) == 1.0
+"""
+CRASHING = """
+import os
+
+def test_crash():
+    os._exit(3)
+"""
+
+
+def make_tree(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests/test_ok.py").write_text(PASSING)
+    (tree / "tests/test_wrong.py").write_text(FAILING)
+    (tree / "tests/test_crash.py").write_text(CRASHING)
+    return tree
+
+
+def test_each_file_in_its_own_process_with_a_summary(tmp_path):
+    tree = make_tree(tmp_path)
+    lines = []
+    outcomes = runner.run_all(tree, ["tests/test_ok.py", "tests/test_wrong.py",
+                                     "tests/test_crash.py"], tmp_path / "out",
+                              log=lines.append)
+    ok, wrong, crash = outcomes
+    assert (ok.passed, ok.failed, ok.skipped, ok.ok) == (1, 0, 1, True)
+    assert ok.skip_reasons == {"needs two GPUs": 1}
+    assert (wrong.passed, wrong.failed, wrong.ok) == (0, 1, False)
+    assert wrong.failures == ["tests.test_wrong::test_wrong"]
+    assert not crash.ok and crash.returncode == 3
+    text = lines[-1]
+    assert "tests/test_ok.py: 1 passed, 0 failed, 1 skipped" in text
+    assert "skipped 1: needs two GPUs" in text
+    assert "FAILED tests.test_wrong::test_wrong" in text
+    assert text.rstrip().endswith("1 passed, 2 failed, 1 skipped")
+    assert (tmp_path / "out" / "tests__test_ok.py.xml").exists()
+
+
+def test_no_test_files_says_so(tmp_path):
+    lines = []
+    assert runner.run_all(tmp_path, [], tmp_path / "out", log=lines.append) == []
+    assert "no test files yet" in lines[0]
+
+
+def test_results_json_names_the_machine_and_the_commit(tmp_path):
+    tree = make_tree(tmp_path)
+    outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path)
+    dest = tmp_path / "results" / "r.json"
+    runner.write_results(dest, [outcome], "abc123")
+    data = json.loads(dest.read_text())
+    assert data["series_commit"] == "abc123" and data["date"]
+    assert "driver" in data and "torch" in data
+    assert data["files"][0]["file"] == "tests/test_ok.py"
+    assert data["files"][0]["passed"] == 1
