@@ -141,6 +141,69 @@ def compile_kernel(
     return obj, parse_ptxas(proc.stdout + proc.stderr)
 
 
+# CUDA 13 dropped Volta. Where the local nvcc cannot target an architecture,
+# the kernels are compiled (and their resources reported by ptxas) through a
+# CUDA 12 NVRTC from PyPI, installed once into the toolkit's cache: PyPI's
+# nvidia-cuda-nvcc-cu12 holds ptxas but no nvcc driver, NVRTC is the whole
+# CUDA C++ front end. Kernel files keep host code under #ifndef __CUDACC_RTC__.
+CUDA12 = ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia-cuda-runtime-cu12==12.9.79")
+
+
+def cuda12_toolchain(log=print) -> tuple[Path, Path]:
+    """(libnvrtc, CUDA include dir) of the cached CUDA 12 environment."""
+    from serieskit.base import cache_dir
+
+    env = cache_dir().parent / "cuda12"
+    site = env / "site"
+    lib = site / "nvidia" / "cuda_nvrtc" / "lib" / "libnvrtc.so.12"
+    include = site / "nvidia" / "cuda_runtime" / "include"
+    stamp = env / "installed.txt"
+    if not lib.exists() or not stamp.exists() or stamp.read_text() != "\n".join(CUDA12):
+        log(f"build: installing a CUDA 12 compiler ({', '.join(CUDA12)}) from PyPI "
+            f"into {env} (once)")
+        shutil.rmtree(env, ignore_errors=True)
+        proc = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                     "--target", str(site), *CUDA12], check=False)
+        if proc.returncode != 0 or not lib.exists():
+            raise ToolkitError("build: installing the CUDA 12 compiler failed: "
+                               + (proc.stderr.strip().splitlines() or ["?"])[-1])
+        stamp.write_text("\n".join(CUDA12))
+    return lib, include
+
+
+def compile_kernel_nvrtc(
+    nvrtc: Path, include: Path, tree: Path, kernel: Kernel, arch: str, out: Path
+) -> tuple[Path, list[Usage]]:
+    """Compile one kernel file's device code to an sm_XX cubin with NVRTC."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(nvrtc))
+    src = (tree / kernel.source).read_bytes()
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, kernel.source.encode(), 0, None, None):
+        raise ToolkitError(f"NVRTC could not take {kernel.source}")
+    opts = [f"-arch=sm_{arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v",
+            f"-I{include}", f"-I{(tree / kernel.source).parent}"]
+    arr = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    text = buf.value.decode(errors="replace")
+    try:
+        if rc != 0:
+            raise ToolkitError(f"NVRTC (CUDA 12) failed on {kernel.source} for sm_{arch}:\n{text}")
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, cubin)
+        dest = out / f"{Path(kernel.source).stem}.sm_{arch}.cubin"
+        dest.write_bytes(cubin.raw)
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return dest, parse_ptxas(text.replace("ptxas         .", "    "))
+
+
 def sass_summary(obj: Path) -> list[str]:
     """Machine code the object holds, per cuobjdump (absent tool: empty)."""
     tool = shutil.which("cuobjdump")
@@ -201,28 +264,36 @@ def build(
     report.nvcc = {"path": nvcc, "version": nvcc_version(nvcc)}
     supported = nvcc_archs(nvcc)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = []
+    jobs, rtc_jobs = [], []
     for k in kernels:
         want = tuple(a for a in k.archs if a in archs)
-        if not want:
-            continue
-        missing = [a for a in want if a not in supported]
-        if missing:
-            raise ToolkitError(
-                f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
-                f"sm_{', sm_'.join(missing)} needed by {k.source}"
-            )
-        jobs.append((k, want))
+        native = tuple(a for a in want if a in supported)
+        if native:
+            jobs.append((k, native))
+        rtc_jobs += [(k, a) for a in want if a not in supported]
+        if want:
+            report.kernels.append({"source": k.source, "archs": list(want)})
+    if rtc_jobs and link:
+        missing = sorted({a for _, a in rtc_jobs})
+        raise ToolkitError(
+            f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
+            f"sm_{', sm_'.join(missing)}: linking a module for it needs a CUDA 12.x nvcc "
+            "on PATH (or leave --link out to compile-check through CUDA 12 NVRTC)")
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(
             lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs
         ))
-    objects = []
-    for (k, want), (obj, usage) in zip(jobs, results):
-        objects.append(obj)
-        report.kernels.append({"source": k.source, "archs": list(want)})
+    if rtc_jobs:
+        missing = sorted({a for _, a in rtc_jobs})
+        log(f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
+            f"sm_{', sm_'.join(missing)}; compiling for it through CUDA 12 NVRTC")
+        lib, include = cuda12_toolchain(log)
+        report.nvcc["nvrtc"] = CUDA12[0]
+        results += [compile_kernel_nvrtc(lib, include, tree, k, a, out) for k, a in rtc_jobs]
+    objects = [obj for obj, _ in results[:len(jobs)]]
+    for (k, _), (obj, usage) in zip(jobs + rtc_jobs, results):
         report.usage.extend(usage)
-        report.sass[k.source] = sass_summary(obj)
+        report.sass[obj.name] = sass_summary(obj)
         for u in usage:
             log(f"  {k.source} sm_{u.arch} {_short(u.function)}: "
                 f"{u.registers} regs, {u.shared_bytes} B smem, "
@@ -231,6 +302,25 @@ def build(
         report.module = str(link_extension(tree, objects, out, nvcc))
         log(f"build: linked {report.module}")
     return report
+
+
+def full_build(tree: Path, log=print) -> None:
+    """Build and install the whole patched vLLM for sm_70 / sm_75 (with the
+    series' own extension), into the current environment. Needs torch with
+    CUDA and an nvcc that targets both architectures (CUDA 12.x)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise ToolkitError("build --full: nvcc not found (install CUDA 12.x)")
+    missing = [a for a in ALL_ARCHS if a not in nvcc_archs(nvcc)]
+    if missing:
+        raise ToolkitError(f"build --full: {nvcc} (CUDA {nvcc_version(nvcc)}) cannot "
+                           f"target sm_{', sm_'.join(missing)}: put a CUDA 12.x nvcc first on PATH")
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST="7.0 7.5", VLLM_TARGET_DEVICE="cuda")
+    log(f"build --full: pip install --no-build-isolation {tree} for TORCH_CUDA_ARCH_LIST=\"7.0 7.5\"")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-v",
+                           "--no-build-isolation", str(tree)], env=env)
+    if proc.returncode != 0:
+        raise ToolkitError(f"build --full: pip install failed (exit {proc.returncode})")
 
 
 def _short(name: str) -> str:

@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
     bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
+    bd.add_argument("--full", action="store_true",
+                    help="build and install the whole patched vLLM for 7.0 / 7.5")
     t = sub.add_parser("test", help="run the series' test files, one process each")
     t.add_argument("--gpu", action="store_true",
                    help="GPU machine: build with PTX, run every file, write results/")
@@ -113,6 +115,9 @@ def run(argv: list[str], root: Path = ROOT) -> int:
                 rebase.start(root, args.target, update_pin=args.update_pin, force=args.force)
         elif args.command == "build":
             tree = _applied_tree(root)
+            if args.full:
+                build.full_build(tree)
+                return 0
             out = root / series.WORK / "build"
             report = build.build(tree, out, archs=tuple(args.arch or build.ALL_ARCHS),
                                  ptx=args.ptx, link=args.link)

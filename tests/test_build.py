@@ -67,3 +67,23 @@ def test_kernel_that_does_not_compile_names_the_file(tmp_path):
     tree = tree_with(tmp_path, {"broken_sm75.cu": BAD})
     with pytest.raises(ToolkitError, match=r"nvcc failed on csrc/sm7x/broken_sm75.cu for sm_75"):
         build.build(tree, tmp_path / "out", archs=("75",), log=lambda *a: None)
+
+
+@needs_nvcc
+def test_arch_the_local_nvcc_lacks_compiles_through_cuda12(tmp_path):
+    kernel = ("#include <cuda_fp16.h>\n"
+              "__global__ void add(__half* a, const __half* b) {\n"
+              "  a[threadIdx.x] = __hadd(a[threadIdx.x], b[threadIdx.x]);\n}\n"
+              "#ifndef __CUDACC_RTC__\n"
+              "void launch(__half* a, const __half* b, cudaStream_t s) { add<<<1, 32, 0, s>>>(a, b); }\n"
+              "#endif\n")
+    tree = tree_with(tmp_path, {"add.cu": kernel})
+    lines = []
+    report = build.build(tree, tmp_path / "out", archs=("70", "75"), log=lines.append)
+    assert sorted(u.arch for u in report.usage) == ["70", "75"]
+    assert all(u.registers > 0 for u in report.usage)
+    if "70" not in build.nvcc_archs("nvcc"):
+        assert any("compiling for it through CUDA 12 NVRTC" in line for line in lines)
+        assert (tmp_path / "out" / "add.sm_70.cubin").stat().st_size > 0
+        with pytest.raises(ToolkitError, match="linking a module for it needs a CUDA 12.x nvcc"):
+            build.build(tree, tmp_path / "out", archs=("70",), link=True, log=lambda *a: None)
