@@ -61,6 +61,12 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def overlay(session: nox.Session) -> None:
+    """overlays/vllm-VERSION from the work tree; -- --gpu packs the GPU machine's loads."""
+    _toolkit(session, "overlay")
+
+
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Regenerate the runtime reference and amend it into its patch (-- --check)."""
     _toolkit(session, "docs")

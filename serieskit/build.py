@@ -171,6 +171,17 @@ def cuda12_toolchain(log=print) -> tuple[Path, Path]:
     return lib, include
 
 
+# NVRTC has no C library headers; the fixed-width integer types are all the
+# device code of the series needs from them.
+_RTC_PRELUDE = b"""
+typedef unsigned char uint8_t; typedef signed char int8_t;
+typedef unsigned short uint16_t; typedef short int16_t;
+typedef unsigned int uint32_t; typedef int int32_t;
+typedef unsigned long long uint64_t; typedef long long int64_t;
+typedef unsigned long uintptr_t;
+"""
+
+
 def compile_kernel_nvrtc(
     nvrtc: Path, include: Path, tree: Path, kernel: Kernel, arch: str, out: Path
 ) -> tuple[Path, list[Usage]]:
@@ -180,9 +191,12 @@ def compile_kernel_nvrtc(
     lib = ctypes.CDLL(str(nvrtc))
     src = (tree / kernel.source).read_bytes()
     prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, kernel.source.encode(), 0, None, None):
+    headers = (ctypes.c_char_p * 1)(_RTC_PRELUDE)
+    names = (ctypes.c_char_p * 1)(b"sm7x_rtc_prelude.h")
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, kernel.source.encode(), 1, headers, names):
         raise ToolkitError(f"NVRTC could not take {kernel.source}")
     opts = [f"-arch=sm_{arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v",
+            "--pre-include=sm7x_rtc_prelude.h",
             f"-I{include}", f"-I{(tree / kernel.source).parent}"]
     arr = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)

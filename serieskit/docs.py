@@ -88,41 +88,44 @@ def sources(tree: Path) -> list[str]:
     raise ToolkitError(f"{GENERATOR} defines no SOURCES")
 
 
-def owning_commit(tree: Path, base: str, head: str = "HEAD") -> str:
-    """The last commit in ``base..head`` that touched the reference's sources
-    (config files, generator or the reference itself): the commit to amend
-    the regenerated reference into."""
-    paths = sources(tree)
-    out = git.git(tree, "log", "-1", "--format=%H", f"{base}..{head}", "--", *paths)
-    commit = out.strip()
-    if not commit:
-        raise ToolkitError(
-            f"no commit in {base}..{head} touches {', '.join(paths)}: "
-            "nothing to amend the reference into"
-        )
-    return commit
+def stale_commits(tree: Path, base: str, head: str = "HEAD") -> list[str]:
+    """The commits of ``base..head`` that touch the reference's sources: each
+    must carry the reference of its own config state."""
+    out = git.git(tree, "log", "--reverse", "--format=%H", f"{base}..{head}", "--",
+                  *sources(tree))
+    return out.split()
 
 
-def amend(tree: Path, base: str, log=print) -> str | None:
-    """Regenerate the reference and fold it into the commit that owns it.
+def amend(tree: Path, base: str, log=print) -> list[str]:
+    """Regenerate the reference at every commit that touches its sources and
+    amend it there, so each patch carries the reference of its own fields.
 
-    Returns the commit it was folded into, or None when it was current. The
-    history from that commit on is rewritten with ``rebase --autosquash``
-    under the toolkit's fixed committer, as ``apply`` would make it.
+    Returns the subjects of the commits that changed. The history from the
+    first such commit on is replayed with ``rebase --exec``; only the
+    reference changes, so a conflict can only be in it, and the regeneration
+    that follows resolves it.
     """
     if git.dirty_files(tree):
         raise ToolkitError(f"docs: {tree} has uncommitted changes: commit or stash them first")
-    if not regenerate(tree):
-        log(f"docs: {OUTPUT} is up to date")
-        return None
-    owner = owning_commit(tree, base)
-    subject = git.git(tree, "log", "-1", "--format=%s", owner).strip()
-    git.git(tree, "add", OUTPUT)
-    git.git(tree, "commit", "-q", f"--fixup={owner}", env=_AUTHOR)
-    git.git(tree, "rebase", "-q", "--autosquash", "--interactive",
-            "--committer-date-is-author-date", f"{owner}~1")
-    log(f"docs: regenerated {OUTPUT} and amended it into \"{subject}\"")
-    return owner
-
-
-_AUTHOR = {"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1]}
+    commits = stale_commits(tree, base)
+    if not commits:
+        log("docs: no patch touches the reference's sources")
+        return []
+    before = {c: git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() for c in commits}
+    script = f"{sys.executable} {GENERATOR} --root . && git add {OUTPUT} && " \
+             "(git diff --cached --quiet || git commit -q --amend --no-edit --no-verify)"
+    proc = git.run(tree, "rebase", "-q", "--committer-date-is-author-date",
+                   "-X", "theirs", "--exec", script, f"{commits[0]}~1")
+    if proc.returncode != 0:
+        git.run(tree, "rebase", "--abort")
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise ToolkitError(f"docs: regenerating along the series failed: {err[-1] if err else '?'}")
+    after = stale_commits(tree, base)
+    changed = [git.git(tree, "log", "-1", "--format=%s", c).strip()
+               for c, old in zip(after, before.values())
+               if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old]
+    for subject in changed:
+        log(f"docs: regenerated {OUTPUT} in \"{subject}\"")
+    if not changed:
+        log(f"docs: {OUTPUT} is current at every patch")
+    return changed

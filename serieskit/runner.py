@@ -1,5 +1,10 @@
 """Run the series' test files in the patched tree, one pytest process each.
 
+The files run with ``--noconftest``: vLLM's tests/conftest.py imports its
+whole test stack (HF hub, PIL, tblib, the engine), which neither a CPU CI
+machine nor the GPU machine has; the series' test files use none of its
+fixtures.
+
 One process per file, as the seed's Test Plan does: a file that crashes its
 process, leaks CUDA state or initialises torch.distributed cannot affect the
 next. Each file writes JUnit XML; the summary gives per file
@@ -80,7 +85,7 @@ def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
         p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.run(
-            [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+            [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
              f"--junitxml={xml}", test],
             cwd=tree, env=run_env, timeout=timeout, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,

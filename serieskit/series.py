@@ -435,6 +435,16 @@ def test_files(root: Path) -> list[str]:
     return files
 
 
+def layering_acknowledged(root: Path) -> dict[str, str]:
+    """Files whose coupling count a patch raises on purpose, with the reason
+    (the manifest's ``layering`` tables)."""
+    declared: dict[str, str] = {}
+    for entry in read_manifest(root):
+        for path, why in entry.get("layering", {}).items():
+            declared[path] = f"{entry['file']}: {why}"
+    return declared
+
+
 def test_requirements(root: Path) -> list[str]:
     """What the series' CPU tests need installed: torch (CPU) and vLLM's
     Python requirements; nothing while the series has no test files."""

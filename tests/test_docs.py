@@ -176,13 +176,28 @@ def test_sources(tree):
     ]
 
 
-def test_owning_commit(tree):
+def test_amend_gives_every_patch_the_reference_of_its_own_fields(tree):
     subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    docs.regenerate(tree)
     subprocess.run(["git", "-C", str(tree), "add", "-A"], check=True)
     base = commit_file(tree, "README", "base\n", "base")
-    fields = commit_file(tree, "vllm/config/kernel.py", KERNEL + "\n# more\n", "fields")
-    commit_file(tree, "vllm/other.py", "x = 1\n", "unrelated")
-    assert docs.owning_commit(tree, base) == fields
-    assert docs.owning_commit(tree, base, "HEAD~1") == fields
-    with pytest.raises(ToolkitError, match="nothing to amend"):
-        docs.owning_commit(tree, "HEAD~1")
+    more = KERNEL.replace('    moe_backend: str = "auto"',
+                          '    extra: int = 3\n    """An added field."""\n\n    moe_backend: str = "auto"')
+    commit_file(tree, "vllm/config/kernel.py", more, "fields")
+    unrelated = commit_file(tree, "vllm/other.py", "x = 1\n", "unrelated")
+    commit_file(tree, "vllm/config/attention.py", ATTENTION.replace("More.", "Changed."), "attn")
+    assert docs.check(tree) is not None
+    lines = []
+    assert docs.amend(tree, base, log=lines.append) == ["fields", "attn"]
+    branch = subprocess.run(["git", "-C", str(tree), "symbolic-ref", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    for commit in docs.stale_commits(tree, base):
+        subprocess.run(["git", "-C", str(tree), "checkout", "-q", commit], check=True)
+        assert docs.check(tree) is None
+    subject = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%s", "HEAD~1"],
+                             capture_output=True, text=True).stdout.strip()
+    assert subject == "unrelated"
+    assert unrelated  # replayed, but its own change is untouched
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", branch], check=True)
+    assert docs.amend(tree, base, log=lines.append) == []
+    assert lines[-1].endswith("is current at every patch")

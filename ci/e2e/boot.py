@@ -1,0 +1,99 @@
+"""One boot of vLLM for the A/B harness; prints its measurements as JSON.
+
+Run by ab.py in a process of its own per boot. Prefill: each fixed prompt
+generates one token (prefix caching off, so nothing is reused). Decode: the
+time of N tokens minus one, per step, at a short and a long context. Greedy:
+token ids of fixed prompts. Peak memory: nvidia-smi polled beside the boot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models  # noqa: E402
+
+
+class PeakMemory(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak: dict[int, int] = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True, text=True, timeout=10).stdout
+                for line in out.strip().splitlines():
+                    i, used = (int(x) for x in line.split(","))
+                    self.peak[i] = max(self.peak.get(i, 0), used)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+            self.stop.wait(0.5)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="seed")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--arm", required=True, help="JSON: kernel_config, attention_config")
+    p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
+    p.add_argument("--decode-tokens", type=int, default=64)
+    a = p.parse_args()
+    arm = json.loads(a.arm)
+    model = models.write(a.model, a.layers, Path("/tmp/e2e-models"))
+    mem = PeakMemory()
+    mem.start()
+    from vllm import LLM, SamplingParams
+
+    t0 = time.perf_counter()
+    llm = LLM(
+        model=str(model), load_format="dummy", skip_tokenizer_init=True,
+        tensor_parallel_size=2, dtype="float16", gpu_memory_utilization=0.6,
+        max_model_len=131072, max_num_batched_tokens=2048, enable_prefix_caching=False,
+        disable_custom_all_reduce=True, attention_backend="TRITON_ATTN", seed=0,
+        compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
+                            "cudagraph_capture_sizes": [1, 2, 4, 8]},
+        kernel_config=arm.get("kernel_config") or {},
+        attention_config=arm.get("attention_config") or {},
+    )
+    result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {}, "decode": {}}
+
+    def gen(ids, n):
+        sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True)
+        t = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
+        return time.perf_counter() - t, list(out[0].outputs[0].token_ids)
+
+    wanted = [x for x in models.PREFILL if a.prefill == "all" or x[0] in a.prefill.split(",")]
+    for i, (name, length) in enumerate(wanted):
+        dt, ids = gen(models.prompt(length, 10 + i), 1)
+        result["prefill_s"][name] = dt
+        result["greedy"][f"prefill-{name}"] = ids
+        print(f"PREFILL {name} {length} {dt:.3f}s", file=sys.stderr, flush=True)
+    for i, (name, length) in enumerate(models.GREEDY):
+        _, ids = gen(models.prompt(length, 100 + i), 32)
+        result["greedy"][name] = ids
+    n = a.decode_tokens
+    for label, length in (("short", 32), ("long", 29167)):
+        t1, _ = gen(models.prompt(length, 200), 1)
+        tn, _ = gen(models.prompt(length, 300), n)  # another prompt: nothing cached
+        step = (tn - t1) / (n - 1)
+        result["decode"][label] = {"context": length, "ms_per_step": step * 1e3,
+                                   "tokens_per_s": 1.0 / step}
+    mem.stop.set()
+    mem.join()
+    result["peak_memory_mib"] = mem.peak
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

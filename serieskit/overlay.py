@@ -1,0 +1,135 @@
+"""PYTHONPATH overlays, and what a GPU machine without network needs to run them.
+
+An overlay is the patched Python tree (``vllm/`` of the work tree) plus the
+series' built native module, placed in front of a released vLLM wheel of the
+same version: the way the seed ran its A/B without a full rebuild.
+
+``pack_gpu`` prepares the two loads for a GPU machine that has torch but no
+network and takes at most 64 MiB per run: part1 is the wheel's compiled core
+module (it must arrive in a first run and wait in /tmp), part2 the rest (the
+overlay, the FA3 package vLLM's model inspection imports, and the wheels that
+machine lacks). ``ci/gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from serieskit import base as b
+from serieskit.errors import ToolkitError
+
+WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
+CORE = "vllm/_C_stable_libtorch.abi3.so"
+FA_DIR = "vllm/vllm_flash_attn/"
+FA_SKIP = "_vllm_fa2_C.abi3.so"  # never loaded on this path; 140 MB
+# What the GPU image (Python 3.12, torch 2.11) lacks for vLLM 0.26.0's engine.
+GPU_WHEELS = (
+    "cbor2", "pyzmq", "openai-harmony", "openai<3", "msgspec", "pybase64", "cachetools",
+    "llguidance>=1.7,<1.8", "xgrammar==0.2.8", "apache-tvm-ffi", "fastapi>=0.133,<0.137",
+    "partial-json-parser", "pydantic", "pydantic-core", "annotated-types",
+    "typing-inspection", "starlette", "jiter", "distro", "sniffio", "blake3", "depyf",
+    "astor", "dill",
+)
+GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
+    "manylinux2014_x86_64", "manylinux1_x86_64"]
+
+
+def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
+    """Copy the patched ``vllm/`` package (and the built module) to ``out``."""
+    dest = out / "vllm"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(tree / "vllm", dest, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    if module is not None and module.exists():
+        shutil.copy2(module, dest / module.name)
+    log(f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
+        + (f", {module.name}" if module is not None and module.exists() else "") + ")")
+    return out
+
+
+def fetch_wheel(version: str, log=print) -> Path:
+    """The released wheel, cached and checked against the index's sha256."""
+    name = WHEEL.format(v=version)
+    path = b.cache_dir() / name
+    side = path.with_suffix(".sha256")
+    if path.exists() and side.exists() and b.sha256_of(path) == side.read_text().strip():
+        return path
+    part = path.with_suffix(".part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = b._download(name, version, part)
+    digest = b.sha256_of(part)
+    if not info.get("sha256") or digest != info["sha256"]:
+        part.unlink(missing_ok=True)
+        raise ToolkitError(f"sha256 of {name} does not match the package index's")
+    part.replace(path)
+    side.write_text(digest + "\n")
+    return path
+
+
+def pack_gpu(tree: Path, out: Path, version: str, commit: str,
+             extra: list[str] = (), log=print) -> None:
+    """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
+    wheel = fetch_wheel(version, log)
+    p1, p2 = out / "part1", out / "part2"
+    source = p1 / "SOURCE"
+    wheel_sha = b.sha256_of(wheel)
+    fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
+    for d in (p1, p2) if fresh else (p2,):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as z:
+        if fresh:  # part1 depends on the wheel alone: made once
+            log(f"gpu: compressing {CORE} (about a minute)")
+            with z.open(CORE) as src, lzma.open(p1 / (Path(CORE).name + ".xz"), "wb",
+                                                preset=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            source.write_text(wheel_sha + "\n")
+        with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
+            for info in z.infolist():
+                if info.filename.startswith(FA_DIR) and not info.filename.endswith(FA_SKIP):
+                    data = z.read(info)
+                    ti = tarfile.TarInfo(info.filename)
+                    ti.size = len(data)
+                    tar.addfile(ti, fileobj=_bytes(data))
+    with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
+        tar.add(tree / "vllm", arcname="vllm",
+                filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti)
+        for path in extra:
+            if (tree / path).exists():
+                tar.add(tree / path, arcname=path,
+                        filter=lambda ti: None if "__pycache__" in ti.name else ti)
+        stamp = f"{commit}\n".encode()
+        info = tarfile.TarInfo("SERIES_COMMIT")
+        info.size = len(stamp)
+        tar.addfile(info, _bytes(stamp))
+    whl = p2 / "whl"
+    whl.mkdir()
+    plats = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--python-version", "3.12", "--implementation", "cp", *plats, "-d", str(whl),
+         *GPU_WHEELS], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolkitError("gpu: downloading the wheels the GPU image lacks failed: "
+                           + (proc.stderr.strip().splitlines() or ["?"])[-1])
+    for part in (p1, p2):
+        size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
+        log(f"gpu: {part} {size / 2**20:.1f} MiB")
+        if size > 60 * 2**20:
+            raise ToolkitError(f"gpu: {part} is {size / 2**20:.0f} MiB, over what one run takes")
+    (out / "MANIFEST.sha256").write_text("".join(
+        f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(out)}\n"
+        for f in sorted(out.rglob("*")) if f.is_file() and f.name != "MANIFEST.sha256"))
+
+
+def _bytes(data: bytes):
+    import io
+
+    return io.BytesIO(data)
