@@ -31,7 +31,7 @@ BASE_ENV = {"NCCL_P2P_DISABLE": "1", "VLLM_USE_V2_MODEL_RUNNER": "1",
 
 
 def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
-    env = dict(os.environ, **BASE_ENV, **arm.get("env", {}), **(env_extra or {}))
+    env = {**os.environ, **BASE_ENV, **arm.get("env", {}), **(env_extra or {})}
     cmd = [sys.executable, str(HERE / "boot.py"), "--model", args.model,
            "--arm", json.dumps(arm), "--prefill", args.prefill,
            "--decode-tokens", str(args.decode_tokens)]
@@ -62,7 +62,7 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
 
 
 def summarize(boots: list[dict], arms: list[dict]) -> dict:
-    counted = [b for b in boots if b["label"] not in ("warm",) and not b["p2p"]]
+    counted = [b for b in boots if b["label"] != "warm" and not b["p2p"]]
     summary: dict = {"arms": {}}
     for arm in arms:
         mine = [b for b in counted if b["arm"] == arm["name"] and "prefill_s" in b]
@@ -112,14 +112,24 @@ def main() -> None:
         arms = [arms[0], dict(arms[0], name=arms[0]["name"] + "-again")]
     a, b = arms[0], arms[1]
     order = [(b, "warm"), (a, "a1"), (b, "b1"), (a, "a2"), (b, "b2")]
-    boots = [boot(arm, args, label) for arm, label in order]
     if args.ceiling:
-        boots.append(boot(a, args, "ceiling", {"NCCL_P2P_DISABLE": "0"}))
+        order.append((a, "ceiling"))
+    boots: list[dict] = []
     data = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "model": args.model,
             "layers": args.layers, "arms": arms, "order": [l for _, l in order],
-            "boots": boots, "summary": summarize(boots, arms), "env": machine()}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            "boots": boots, "env": machine()}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for arm, label in order:
+        extra = {"NCCL_P2P_DISABLE": "0"} if label == "ceiling" else None
+        try:
+            boots.append(boot(arm, args, label, extra))
+        except Exception as e:  # noqa: BLE001 - recorded; the boots so far are kept
+            boots.append({"arm": arm["name"], "label": label, "p2p": bool(extra),
+                          "error": repr(e)})
+        data["summary"] = summarize(boots, arms)
+        # Written after every boot: a later failure loses nothing measured.
+        out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(json.dumps(data["summary"], indent=2))
 
 

@@ -73,6 +73,9 @@ def main() -> None:
         out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
         return time.perf_counter() - t, list(out[0].outputs[0].token_ids)
 
+    # Uncounted: the first batches of a boot JIT-compile and autotune kernels.
+    gen(models.prompt(4096, 1), 1)
+    gen(models.prompt(32, 2), 8)
     wanted = [x for x in models.PREFILL if a.prefill == "all" or x[0] in a.prefill.split(",")]
     for i, (name, length) in enumerate(wanted):
         dt, ids = gen(models.prompt(length, 10 + i), 1)
