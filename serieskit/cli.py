@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from serieskit import base, build, docs, layering, lint, overlay, rebase, runner, series
+from serieskit import base, build, git, docs, layering, lint, overlay, rebase, runner, series
 from serieskit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +100,9 @@ def _test(root: Path, gpu: bool) -> int:
     if gpu:
         head = series.State.load(root).head or ""
         dest = root / "results" / f"tests-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        runner.write_results(dest, outcomes, head)
+        # The tree id names the tested content whatever the commit ids.
+        tree_id = git.git(tree, "rev-parse", "HEAD^{tree}").strip()
+        runner.write_results(dest, outcomes, head, {"series_tree": tree_id})
         print(f"test: results written to {dest.relative_to(root)}")
     if any(not o.ok for o in outcomes):
         raise ToolkitError("test: failures above")

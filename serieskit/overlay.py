@@ -105,7 +105,7 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
             if (tree / path).exists():
                 tar.add(tree / path, arcname=path,
                         filter=lambda ti: None if "__pycache__" in ti.name else ti)
-        stamp = f"{commit}\n".encode()
+        stamp = f"{commit}\n".encode()  # the commit; its tree id names the content
         info = tarfile.TarInfo("SERIES_COMMIT")
         info.size = len(stamp)
         tar.addfile(info, _bytes(stamp))

@@ -154,7 +154,8 @@ def environment() -> dict:
     return info
 
 
-def write_results(path: Path, outcomes: list[Outcome], series_commit: str, extra: dict | None = None) -> None:
+def write_results(path: Path, outcomes: list[Outcome], series_commit: str,
+                  extra: dict | None = None) -> None:
     data = {**environment(), "series_commit": series_commit,
             "files": [asdict(o) for o in outcomes], **(extra or {})}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,48 @@
+"""lint: ruff and mypy on the files the series changes, nothing else."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+
+import pytest
+
+from conftest import commit_file
+from serieskit import lint
+
+needs_tools = pytest.mark.skipif(
+    importlib.util.find_spec("ruff") is None or importlib.util.find_spec("mypy") is None,
+    reason="needs ruff and mypy (installed by nox -s ci / lint)")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    t = tmp_path / "tree"
+    t.mkdir()
+    subprocess.run(["git", "init", "-q", str(t)], check=True)
+    (t / "pyproject.toml").write_text("[tool.ruff]\nline-length = 88\n")
+    commit_file(t, "vllm/old.py", "import os\n", "base with a ruff finding of its own")
+    return t
+
+
+@needs_tools
+def test_only_the_series_files_are_checked_and_a_finding_fails(tree):
+    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    commit_file(tree, "vllm/new.py", "def f(x: int) -> int:\n    return x\n", "clean")
+    assert lint.changed_python_files(tree, base) == ["vllm/new.py"]
+    lines = []
+    assert lint.lint(tree, base, log=lines.append) == []  # vllm/old.py is not the series'
+    commit_file(tree, "vllm/new.py", "import os\ndef f(x: int) -> str:\n    return x\n", "bad")
+    lines = []
+    failed = lint.lint(tree, base, log=lines.append)
+    assert failed == ["ruff check", "ruff format", "mypy"]
+    assert any("F401" in line for line in lines)  # the unused import, named
+
+
+def test_no_python_changes_say_so(tree):
+    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    lines = []
+    assert lint.lint(tree, base, log=lines.append) == []
+    assert lines == ["lint: the series changes no Python files"]
