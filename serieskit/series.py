@@ -401,10 +401,9 @@ def status(root: Path, log=print) -> dict:
             mine = (Path(tmp) / name).read_bytes() if name else None
             if name in names and mine == (root / PATCHES / name).read_bytes():
                 mark = "="
-            elif name in names:
-                mark, _ = "M", differ.append(name)
             else:
-                mark, _ = "+", differ.append(name or cid)
+                mark = "M" if name in names else "+"
+                differ.append(name or cid)
             log(f"  {mark} {cid[:12]} {subject}")
         missing = [n for n in names if n not in exported]
         for n in missing:
