@@ -4,13 +4,17 @@ Versions are those vLLM 0.26.0's .pre-commit-config.yaml pins (ruff 0.14.0,
 mypy 1.20.2); the nox session installs them once into its own environment,
 after which lint runs offline. mypy runs with ``--follow-imports=skip`` on the
 changed files only (vLLM's pyproject otherwise applies), so it needs neither
-torch nor the rest of vLLM installed.
+torch nor the rest of vLLM installed; an error fails only when the base's
+version of the same file does not have it (upstream's own errors are not the
+series').
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from serieskit import git
@@ -48,16 +52,48 @@ def lint(tree: Path, base: str, log=print) -> list[str]:
         "ruff check": ["ruff", "check", "--no-cache", *files],
         "ruff format": ["ruff", "format", "--check", "--no-cache", *files],
     }
-    package = [f for f in files if f.startswith("vllm/")]
-    if package:  # vLLM type-checks its package; tools/ and tests/ are not in its mypy run
-        checks["mypy"] = ["mypy", "--python-version", MYPY_PYTHON, "--follow-imports",
-                          "skip", "--no-incremental", *package]
     for name, args in checks.items():
         ok = run_tool(tree, args, log)
         log(f"  {name}: {'passed' if ok else 'FAILED'}")
         if not ok:
             failed.append(name)
+    package = [f for f in files if f.startswith("vllm/")]
+    if package:  # vLLM type-checks its package; tools/ and tests/ are not in its mypy run
+        new = mypy_errors(tree, package) - _base_mypy_errors(tree, base, package)
+        for error in sorted(new):
+            log(f"    {error[0]}: {error[1]}")
+        log(f"  mypy: {'FAILED' if new else 'passed'} ({len(new)} new error(s))")
+        if new:
+            failed.append("mypy")
     return failed
+
+
+MYPY_ARGS = ["--python-version", MYPY_PYTHON, "--follow-imports", "skip", "--no-incremental",
+             "--show-error-codes", "--no-error-summary", "--no-pretty"]
+_ERROR = re.compile(r"^(?P<path>[^:]+):\d+: error: (?P<msg>.*)$")
+
+
+def mypy_errors(root: Path, files: list[str]) -> set[tuple[str, str]]:
+    """(path, message) of each mypy error, without line numbers: lines move
+    between the base and the series, the errors do not."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", *MYPY_ARGS, *files], cwd=root,
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise ToolkitError(f"mypy failed to run: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    return {(m["path"], m["msg"]) for line in proc.stdout.splitlines()
+            if (m := _ERROR.match(line))}
+
+
+def _base_mypy_errors(tree: Path, base: str, files: list[str]) -> set[tuple[str, str]]:
+    """The same files' errors on the base: upstream's own are not the series'."""
+    existing = [f for f in files if git.run(tree, "cat-file", "-e", f"{base}:{f}").returncode == 0]
+    if not existing:
+        return set()
+    from serieskit.series import materialize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        materialize(tree, base, Path(tmp), "pyproject.toml", *existing)
+        return mypy_errors(Path(tmp), existing)
 
 
 def require_tools() -> None:
