@@ -55,7 +55,7 @@ def test_pinned_base_is_the_pinned_commit(tmp_path):
 
 
 def test_series_plus_fixture_round_trips_byte_for_byte(tmp_path):
-    root = make_root(tmp_path, None, ["0.26.0/Misc-Fixture-note-in-ubatching.patch"])
+    root = make_root(tmp_path, None, ["0.26.0/Misc-Fixture-note-in-the-README.patch"])
     before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     s.apply(root, log=quiet)
     assert s.export(root, log=quiet) == []
