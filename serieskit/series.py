@@ -177,10 +177,12 @@ def refuse_if_unsaved(repo: Path, state: State, action: str) -> None:
     raise ToolkitError("\n".join(lines))
 
 
-def save_unsaved(repo: Path, state: State, log=print) -> None:
+def save_unsaved(repo: Path, state: State, log=print, keep_head: bool = False) -> None:
     """Under --force: stash changes and keep unexported commits under a ref."""
     dirty, extra = unsaved_work(repo, state)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    if keep_head and not extra and g.rev(repo, "HEAD"):
+        extra = g.commits(repo, f"{state.base}..HEAD")
     if extra:
         ref = f"{BACKUP}/{stamp}"
         g.git(repo, "update-ref", ref, "HEAD")
@@ -223,8 +225,15 @@ def apply(root: Path, force: bool = False, log=print) -> State:
     elif op is not None:
         raise ToolkitError(f"a git {op} is in progress in {repo}: finish or abort it first")
 
+    moved = state.base is not None and pin.commit is not None and state.base != pin.commit
+    if moved and not force:
+        raise ToolkitError(
+            f"the work tree holds the series rebased onto {state.base_label} (nox -s rebase), "
+            "not the pin's base: `nox -s rebase -- vllm==VERSION --update-pin` keeps it, "
+            "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
+            f"under {BACKUP}/")
     if force:
-        save_unsaved(repo, state, log)
+        save_unsaved(repo, state, log, keep_head=moved)
     else:
         refuse_if_unsaved(repo, state, "apply")
 

@@ -39,6 +39,21 @@ def test_rebase_onto_a_release_writes_a_range_diff_report(root, cache):
     assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == patches_before
 
 
+def test_apply_after_a_rebase_without_pin_keeps_the_rebased_series(root, cache):
+    make_series(root)
+    add_release(cache, "0.0.2", UPSTREAM_CHANGE)
+    r.start(root, "vllm==0.0.2", log=quiet)
+    repo = s.work_repo(root)
+    rebased = g.rev(repo, "HEAD")
+    with pytest.raises(ToolkitError, match="rebased onto 0.0.2"):
+        s.apply(root, log=quiet)
+    assert g.rev(repo, "HEAD") == rebased
+    s.apply(root, force=True, log=quiet)
+    backups = g.git(repo, "for-each-ref", "--format=%(objectname)", s.BACKUP).split()
+    assert backups == [rebased]
+    assert (repo / "setup.py").read_text() == BASE_FILES["setup.py"]
+
+
 def test_update_pin_moves_pin_and_patches(root, cache):
     make_series(root)
     sha = add_release(cache, "0.0.2", UPSTREAM_CHANGE)
