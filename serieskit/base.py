@@ -96,13 +96,19 @@ def check_version(version: str) -> None:
 
 
 def fetch_sdist(version: str, sha256: str | None = None, log=print) -> tuple[Path, str]:
-    """Return the cached sdist of ``version`` and its sha256, downloading it once.
+    """The cached sdist of ``version`` and its sha256 (see :func:`fetch`)."""
+    check_version(version)
+    return fetch(f"{PACKAGE}-{version}.tar.gz", version, sha256, log=log)
+
+
+def fetch(name: str, version: str, sha256: str | None = None,
+          log=print) -> tuple[Path, str]:
+    """Return the cached file ``name`` of vLLM ``version`` and its sha256,
+    downloading it once.
 
     With ``sha256`` given (the pin) the file must match it; without, the
     index's own sha256 is required and checked.
     """
-    check_version(version)
-    name = f"{PACKAGE}-{version}.tar.gz"
     path = cache_dir() / name
     if path.exists():
         digest = sha256_of(path)

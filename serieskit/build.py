@@ -44,6 +44,7 @@ class Usage:
 
     function: str
     arch: str
+    name: str = ""  # demangled, where c++filt exists
     registers: int = 0
     shared_bytes: int = 0
     stack_bytes: int = 0
@@ -305,11 +306,13 @@ def build(
         report.nvcc["nvrtc"] = CUDA12[0]
         results += [compile_kernel_nvrtc(lib, include, tree, k, a, out) for k, a in rtc_jobs]
     objects = [obj for obj, _ in results[:len(jobs)]]
+    names = _demangle([u.function for _, usage in results for u in usage])
     for (k, _), (obj, usage) in zip(jobs + rtc_jobs, results):
         report.usage.extend(usage)
         report.sass[obj.name] = sass_summary(obj)
         for u in usage:
-            log(f"  {k.source} sm_{u.arch} {_short(u.function)}: "
+            u.name = names.get(u.function, u.function)
+            log(f"  {k.source} sm_{u.arch} {_short(u.name)}: "
                 f"{u.registers} regs, {u.shared_bytes} B smem, "
                 f"{u.stack_bytes} B stack, spills {u.spill_stores}/{u.spill_loads}")
     if link:
@@ -335,6 +338,22 @@ def full_build(tree: Path, log=print) -> None:
                            "--no-build-isolation", str(tree)], env=env)
     if proc.returncode != 0:
         raise ToolkitError(f"build --full: pip install failed (exit {proc.returncode})")
+
+
+def _demangle(symbols: list[str]) -> dict[str, str]:
+    """Readable kernel names: the function name without namespaces and
+    parameters (mangled names of kernels in anonymous namespaces all share a
+    long prefix). Empty where c++filt is missing."""
+    tool = shutil.which("c++filt")
+    if tool is None or not symbols:
+        return {}
+    out = subprocess.run([tool], input="\n".join(symbols), capture_output=True,
+                         text=True).stdout.splitlines()
+    short = {}
+    for sym, full in zip(symbols, out):
+        head = full.replace("(anonymous namespace)::", "").split("(", 1)[0]
+        short[sym] = head.rsplit("::", 1)[-1] if "::" in head else head
+    return short
 
 
 def _short(name: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +125,26 @@ def check(
     # Raised over the base but not over the reference: still the series' own.
     lines += [format(c) for c in raised.values()]
     return failing, lines
+
+
+def check_series(tree: Path, base: str, script: Path, declared: dict[str, str],
+                 ref: str | None = None, log=print) -> bool:
+    """check-layering of the work tree against its base commit (and ``ref``,
+    see :func:`check`); an increase passes when a patch declares it
+    (``declared``: path -> reason). Returns whether the check passed."""
+    from serieskit.series import materialize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base_root, ref_root = Path(tmp) / "base", Path(tmp) / "ref"
+        materialize(tree, base, base_root, "vllm")
+        if ref:
+            materialize(tree, ref, ref_root, "vllm")
+        increases, lines = check(base_root, tree, script, ref_root if ref else None)
+    raised = {c.path for c in increases}
+    for line in lines:
+        path = line.split(" (", 1)[0]
+        why = declared.get(path) if path in raised else None
+        log(f"  {line}" + (f": declared, {why}" if why else ""))
+    unexplained = [c for c in increases if c.path not in declared]
+    log(f"  check-layering: {'FAILED' if unexplained else 'passed'}")
+    return not unexplained

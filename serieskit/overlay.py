@@ -14,6 +14,7 @@ machine lacks). ``ci/gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
 from __future__ import annotations
 
 import hashlib
+import io
 import lzma
 import shutil
 import subprocess
@@ -54,32 +55,12 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
     return out
 
 
-def fetch_wheel(version: str, log=print) -> Path:
-    """The released wheel, cached and checked against the index's sha256."""
-    name = WHEEL.format(v=version)
-    path = b.cache_dir() / name
-    side = path.with_suffix(".sha256")
-    if path.exists() and side.exists() and b.sha256_of(path) == side.read_text().strip():
-        return path
-    part = path.with_suffix(".part")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    info = b._download(name, version, part)
-    digest = b.sha256_of(part)
-    if not info.get("sha256") or digest != info["sha256"]:
-        part.unlink(missing_ok=True)
-        raise ToolkitError(f"sha256 of {name} does not match the package index's")
-    part.replace(path)
-    side.write_text(digest + "\n")
-    return path
-
-
 def pack_gpu(tree: Path, out: Path, version: str, commit: str,
              extra: list[str] = (), log=print) -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
-    wheel = fetch_wheel(version, log)
+    wheel, wheel_sha = b.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
     source = p1 / "SOURCE"
-    wheel_sha = b.sha256_of(wheel)
     fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
     for d in (p1, p2) if fresh else (p2,):
         shutil.rmtree(d, ignore_errors=True)
@@ -97,7 +78,7 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
                     data = z.read(info)
                     ti = tarfile.TarInfo(info.filename)
                     ti.size = len(data)
-                    tar.addfile(ti, fileobj=_bytes(data))
+                    tar.addfile(ti, fileobj=io.BytesIO(data))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
         tar.add(tree / "vllm", arcname="vllm",
                 filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti)
@@ -108,7 +89,7 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
         stamp = f"{commit}\n".encode()  # the commit; its tree id names the content
         info = tarfile.TarInfo("SERIES_COMMIT")
         info.size = len(stamp)
-        tar.addfile(info, _bytes(stamp))
+        tar.addfile(info, io.BytesIO(stamp))
     whl = p2 / "whl"
     whl.mkdir()
     plats = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
@@ -127,9 +108,3 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
     (out / "MANIFEST.sha256").write_text("".join(
         f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(out)}\n"
         for f in sorted(out.rglob("*")) if f.is_file() and f.name != "MANIFEST.sha256"))
-
-
-def _bytes(data: bytes):
-    import io
-
-    return io.BytesIO(data)

@@ -205,3 +205,28 @@ def test_hook_against_a_git_ref(base):
     # --json of the committed tree equals the toolkit's view
     proc = hook("--json", "--root", str(base))
     assert json.loads(proc.stdout)["vllm/layers/runner.py"] == {"model": 0, "platform": 8}
+
+
+def test_check_series_on_a_fork_base(tmp_path):
+    """Upstream (the pin), a fork's base on top, the series on top of that:
+    the fork's own increase is "base reports the same", the series' own
+    fails unless a patch declares it."""
+    from conftest import commit_file
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    use = "from vllm.platforms import current_platform\n\nX = current_platform.is_cuda()\n"
+    upstream = commit_file(repo, "vllm/a.py", "A = 1\n", "upstream")
+    fork = commit_file(repo, "vllm/a.py", use, "fork")
+    commit_file(repo, "vllm/b.py", use, "series")
+    lines: list[str] = []
+    assert not L.check_series(repo, fork, SCRIPT, {}, ref=upstream, log=lines.append)
+    text = "\n".join(lines)
+    assert "vllm/a.py (platform coupling 0 -> 1); base reports the same" in text
+    assert "vllm/b.py (platform coupling 0 -> 1)" in text
+    assert lines[-1] == "  check-layering: FAILED"
+    lines = []
+    assert L.check_series(repo, fork, SCRIPT, {"vllm/b.py": "on purpose"}, ref=upstream,
+                          log=lines.append)
+    assert any(line.endswith("declared, on purpose") for line in lines)
