@@ -1,13 +1,17 @@
-"""A/B/A/B harness: one uncounted warm boot, then the arms alternately.
+"""A/B/A/B harness: one uncounted warm boot, then the arms in rounds.
 
-    python3 ci/e2e/ab.py --arms ci/e2e/arms/reference.json ci/e2e/arms/host_reduce.json \
-        --out results/e2e.json [--model seed|small] [--layers N] [--ceiling]
+    python3 ci/e2e/ab.py --arms ci/e2e/arms/reference.json ci/e2e/arms/copy_engine.json \
+        --out results/e2e.json [--model seed|small] [--layers N] [--rounds 2] [--ceiling]
 
 Each arm file: {"name", "kernel_config", "attention_config", "env"}; every boot
 runs with TP=2, NCCL_P2P_DISABLE=1 (unless the arm's env says otherwise),
 --disable-custom-all-reduce, 2048-token chunks, eager prefill and decode
-captured in CUDA graphs of 1, 2, 4 and 8 tokens. ``--ceiling`` adds one boot
-of the first arm with peer access on: the speed the series aims at.
+captured in CUDA graphs of 1, 2, 4 and 8 tokens. Rounds alternate the order
+(A B C, C B A, ...) so that a drift over the run does not favour one arm. The
+first arm is the reference the others are compared with; one arm file alone
+runs against itself (the noise floor). ``--ceiling`` adds one boot of the
+first arm with peer access on: the speed the series aims at. The JSON is
+written after every boot, so a failure later loses nothing measured.
 """
 
 from __future__ import annotations
@@ -32,17 +36,20 @@ BASE_ENV = {"NCCL_P2P_DISABLE": "1", "VLLM_USE_V2_MODEL_RUNNER": "1",
 
 def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     env = {**os.environ, **BASE_ENV, **arm.get("env", {}), **(env_extra or {})}
+    # The workers import the weight re-initialisation from here.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     cmd = [sys.executable, str(HERE / "boot.py"), "--model", args.model,
            "--arm", json.dumps(arm), "--prefill", args.prefill,
            "--decode-tokens", str(args.decode_tokens)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    if label == "warm":
+        cmd.append("--warm-only")
     print(f"boot {label}: {arm['name']}", flush=True)
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     out = {"arm": arm["name"], "label": label, "wall_s": time.perf_counter() - t,
-           "returncode": proc.returncode,
-           "p2p": env.get("NCCL_P2P_DISABLE") != "1"}
+           "returncode": proc.returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1"}
     lines = (proc.stdout + proc.stderr).splitlines()
     for line in lines:
         if line.startswith("RESULT "):
@@ -54,46 +61,96 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
         if ROUTES.search(text) and text not in routes and not text.startswith("PREFILL"):
             routes.append(text[:300])
     out["route_lines"] = routes[:60]
-    if proc.returncode != 0 or "prefill_s" not in out:
-        out["error_tail"] = lines[-40:]
-    print(f"  -> rc {proc.returncode}, boot {out.get('boot_s', 0):.1f} s, prefill "
+    if proc.returncode != 0 or "boot_s" not in out:
+        out["error_tail"] = lines[-60:]
+    print(f"  -> rc {proc.returncode}, wall {out['wall_s']:.0f} s, boot "
+          f"{out.get('boot_s', 0):.1f} s, prefill "
           + ", ".join(f"{k} {v:.3f}" for k, v in out.get("prefill_s", {}).items()), flush=True)
+    if "error_tail" in out:
+        print("\n".join("  | " + x for x in out["error_tail"][-25:]), flush=True)
     return out
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_greedy(boots: list[dict]) -> dict:
+    """Greedy ids of every measured boot against the first reference boot's;
+    a difference names the step and the reference's top-2 gap there."""
+    ok = [b for b in boots if b.get("greedy")]
+    if not ok:
+        return {"identical_all_boots": False, "differences": ["no boot with greedy outputs"]}
+    ref = ok[0]
+    diffs = []
+    for b in ok[1:]:
+        for name, ids in ref["greedy"].items():
+            i = first_difference(ids, b["greedy"].get(name, []))
+            if i is not None:
+                gap = (ref.get("greedy_margin", {}).get(name) or [None] * (i + 1))
+                diffs.append({"boot": b["label"], "arm": b["arm"], "prompt": name, "step": i,
+                              "reference_gap": gap[i] if i < len(gap) else None})
+    gaps = [g for m in ref.get("greedy_margin", {}).values() for g in (m or []) if g is not None]
+    return {"reference_boot": ref["label"], "identical_all_boots": not diffs,
+            "differences": diffs,
+            "smallest_reference_gap": min(gaps) if gaps else None}
+
+
 def summarize(boots: list[dict], arms: list[dict]) -> dict:
-    counted = [b for b in boots if b["label"] != "warm" and not b["p2p"]]
+    counted = [b for b in boots if b["label"] != "warm" and not b["p2p"] and "prefill_s" in b]
     summary: dict = {"arms": {}}
     for arm in arms:
-        mine = [b for b in counted if b["arm"] == arm["name"] and "prefill_s" in b]
+        mine = [b for b in counted if b["arm"] == arm["name"]]
         if not mine:
             continue
-        per = {k: [b["prefill_s"][k] for b in mine] for k in mine[0]["prefill_s"]}
+        totals = [sum(b["prefill_s"].values()) for b in mine]
         summary["arms"][arm["name"]] = {
             "boots": len(mine),
-            "prefill_s": {k: v for k, v in per.items()},
-            "prefill_total_s": [sum(b["prefill_s"].values()) for b in mine],
+            "prefill_s": {k: [b["prefill_s"][k] for b in mine] for k in mine[0]["prefill_s"]},
+            "prefill_total_s": totals,
+            "prefill_total_mean_s": statistics.mean(totals),
             "decode_ms_per_step": {k: [b["decode"][k]["ms_per_step"] for b in mine]
                                    for k in mine[0]["decode"]},
             "peak_memory_mib": [b.get("peak_memory_mib") for b in mine],
         }
-    ok = [b for b in boots if "greedy" in b]
-    ref = ok[0]["greedy"] if ok else {}
-    summary["greedy_identical_all_boots"] = bool(ok) and all(b["greedy"] == ref for b in ok)
-    summary["greedy_differences"] = sorted({f"{b['label']}:{k}" for b in ok
-                                            for k in ref if b["greedy"].get(k) != ref[k]})
     names = list(summary["arms"])
     if names:
-        a = summary["arms"][names[0]]["prefill_total_s"]
-        if len(a) >= 2:
-            summary["noise_floor_pct"] = 100 * (max(a) - min(a)) / statistics.mean(a)
+        ref = summary["arms"][names[0]]
+        if ref["boots"] >= 2:
+            t = ref["prefill_total_s"]
+            summary["noise_floor_pct"] = 100 * (max(t) - min(t)) / statistics.mean(t)
+            for k, v in ref["decode_ms_per_step"].items():
+                summary[f"decode_{k}_noise_floor_pct"] = 100 * (max(v) - min(v)) / statistics.mean(v)
         for other in names[1:]:
-            bb = summary["arms"][other]["prefill_total_s"]
-            summary[f"prefill_change_pct_{other}"] = 100 * (statistics.mean(bb) / statistics.mean(a) - 1)
+            o = summary["arms"][other]
+            summary.setdefault("prefill_change_pct", {})[other] = (
+                100 * (o["prefill_total_mean_s"] / ref["prefill_total_mean_s"] - 1))
+            summary.setdefault("decode_change_pct", {})[other] = {
+                k: 100 * (statistics.mean(o["decode_ms_per_step"][k])
+                          / statistics.mean(v) - 1)
+                for k, v in ref["decode_ms_per_step"].items()}
     ceiling = [b for b in boots if b["p2p"] and "prefill_s" in b]
-    if ceiling and names:
-        summary["p2p_on_prefill_total_s"] = sum(ceiling[0]["prefill_s"].values())
+    if ceiling:
+        c = ceiling[0]
+        summary["p2p_on"] = {"arm": c["arm"], "prefill_total_s": sum(c["prefill_s"].values()),
+                             "prefill_s": c["prefill_s"],
+                             "decode_ms_per_step": {k: v["ms_per_step"]
+                                                    for k, v in c["decode"].items()}}
+    summary["greedy"] = compare_greedy([b for b in boots if b["label"] != "warm"])
     return summary
+
+
+def boot_order(arms: list[dict], rounds: int, ceiling: bool) -> list[tuple[dict, str]]:
+    order = [(arms[0], "warm")]
+    for r in range(rounds):
+        seq = arms if r % 2 == 0 else arms[::-1]
+        order += [(arm, f"r{r + 1}") for arm in seq]
+    if ceiling:
+        order.append((arms[0], "ceiling"))
+    return order
 
 
 def main() -> None:
@@ -104,19 +161,17 @@ def main() -> None:
     p.add_argument("--layers", type=int)
     p.add_argument("--prefill", default="all")
     p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ceiling", action="store_true")
     p.add_argument("--timeout", type=int, default=400)
     args = p.parse_args()
     arms = [json.loads(Path(f).read_text()) for f in args.arms]
     if len(arms) == 1:
         arms = [arms[0], dict(arms[0], name=arms[0]["name"] + "-again")]
-    a, b = arms[0], arms[1]
-    order = [(b, "warm"), (a, "a1"), (b, "b1"), (a, "a2"), (b, "b2")]
-    if args.ceiling:
-        order.append((a, "ceiling"))
+    order = boot_order(arms, args.rounds, args.ceiling)
     boots: list[dict] = []
     data = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "model": args.model,
-            "layers": args.layers, "arms": arms, "order": [l for _, l in order],
+            "layers": args.layers, "arms": arms, "order": [f"{l}:{a['name']}" for a, l in order],
             "boots": boots, "env": machine()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +183,6 @@ def main() -> None:
             boots.append({"arm": arm["name"], "label": label, "p2p": bool(extra),
                           "error": repr(e)})
         data["summary"] = summarize(boots, arms)
-        # Written after every boot: a later failure loses nothing measured.
         out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(json.dumps(data["summary"], indent=2))
 

@@ -2,8 +2,12 @@
 
 Run by ab.py in a process of its own per boot. Prefill: each fixed prompt
 generates one token (prefix caching off, so nothing is reused). Decode: the
-time of N tokens minus one, per step, at a short and a long context. Greedy:
-token ids of fixed prompts. Peak memory: nvidia-smi polled beside the boot.
+time of N tokens minus the time of one, per step, at a short and a long
+context. Greedy: token ids of fixed prompts, with the log-probability gap
+between the first and second choice at each step (a flip at a small gap is
+rounding, at a large one a real difference). Peak memory: nvidia-smi polled
+beside the boot. ``--warm-only`` boots and runs the warm-up prompts alone
+(the harness's uncounted warm boot: it fills the kernel caches on disk).
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ class PeakMemory(threading.Thread):
             self.stop.wait(0.5)
 
 
+def margins(logprobs) -> list[float] | None:
+    """Gap between the best and second-best log-probability at each step."""
+    if not logprobs:
+        return None
+    out = []
+    for entry in logprobs:
+        vals = sorted((lp.logprob for lp in entry.values()), reverse=True)
+        out.append(round(vals[0] - vals[1], 4) if len(vals) > 1 else None)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="seed")
@@ -47,6 +62,7 @@ def main() -> None:
     p.add_argument("--arm", required=True, help="JSON: kernel_config, attention_config")
     p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
     p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--warm-only", action="store_true")
     a = p.parse_args()
     arm = json.loads(a.arm)
     model = models.write(a.model, a.layers, Path("/tmp/e2e-models"))
@@ -64,27 +80,40 @@ def main() -> None:
                             "cudagraph_capture_sizes": [1, 2, 4, 8]},
         kernel_config=arm.get("kernel_config") or {},
         attention_config=arm.get("attention_config") or {},
+        worker_extension_cls="reinit.ReinitWeights",
     )
-    result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {}, "decode": {}}
+    llm.collective_rpc("reinit_weights")
+    result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {},
+              "greedy_margin": {}, "decode": {}}
 
-    def gen(ids, n):
-        sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True)
+    def gen(ids, n, logprobs=None):
+        sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True,
+                            logprobs=logprobs)
         t = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
-        return time.perf_counter() - t, list(out[0].outputs[0].token_ids)
+        return time.perf_counter() - t, out[0].outputs[0]
 
-    # Uncounted: the first batches of a boot JIT-compile and autotune kernels.
-    gen(models.prompt(4096, 1), 1)
+    # Uncounted: the first batches of a boot JIT-compile and autotune kernels;
+    # 8k tokens reach the attention kernels' long-context configurations.
+    gen(models.prompt(8192, 1), 1)
     gen(models.prompt(32, 2), 8)
+    if a.warm_only:
+        print("RESULT " + json.dumps({"boot_s": result["boot_s"], "warm_only": True}), flush=True)
+        return
     wanted = [x for x in models.PREFILL if a.prefill == "all" or x[0] in a.prefill.split(",")]
     for i, (name, length) in enumerate(wanted):
-        dt, ids = gen(models.prompt(length, 10 + i), 1)
+        dt, out = gen(models.prompt(length, 10 + i), 1)
         result["prefill_s"][name] = dt
-        result["greedy"][f"prefill-{name}"] = ids
+        result["greedy"][f"prefill-{name}"] = list(out.token_ids)
         print(f"PREFILL {name} {length} {dt:.3f}s", file=sys.stderr, flush=True)
     for i, (name, length) in enumerate(models.GREEDY):
-        _, ids = gen(models.prompt(length, 100 + i), 32)
-        result["greedy"][name] = ids
+        try:
+            _, out = gen(models.prompt(length, 100 + i), 32, logprobs=2)
+            result["greedy_margin"][name] = margins(out.logprobs)
+        except Exception as e:  # noqa: BLE001 - the ids matter more than the gaps
+            print(f"greedy with logprobs failed ({e!r}); ids only", file=sys.stderr)
+            _, out = gen(models.prompt(length, 100 + i), 32)
+        result["greedy"][name] = list(out.token_ids)
     n = a.decode_tokens
     for label, length in (("short", 32), ("long", 29167)):
         t1, _ = gen(models.prompt(length, 200), 1)

@@ -37,4 +37,6 @@ def prompt(length: int, seed: int) -> list[int]:
 # (name, length) of the prefill prompts: four of about 29k tokens, one of 100k.
 PREFILL = [("29k-a", 29167), ("29k-b", 29201), ("29k-c", 29243), ("29k-d", 29188),
            ("100k", 100000)]
-GREEDY = [("g18", 18), ("g33", 33), ("g52", 52)]
+# (name, length) of the greedy prompts: short ones, and two long enough that
+# their 2048-token chunks are prefill batches an overlap arm splits.
+GREEDY = [("g18", 18), ("g52", 52), ("g3000", 3000), ("g5000", 5000)]

@@ -1,5 +1,9 @@
 """Run the series' test files in the assembled tree on the GPU machine and
-write the results JSON (GPU, driver, torch, date, series commit, outcomes)."""
+write the results JSON (GPU, driver, torch, date, series commit, outcomes).
+
+    python3 ci/gpu/run_tests.py TREE OUT.json [TEST_FILE ...]
+
+With test files named, only those run (they must be the series' own)."""
 
 import sys
 from pathlib import Path
@@ -8,8 +12,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from serieskit import runner, series  # noqa: E402
 
 root = Path(__file__).resolve().parents[2]
-tree, dest = Path(sys.argv[1]), Path(sys.argv[2])
+tree, dest, chosen = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 commit = (tree / "SERIES_COMMIT").read_text().strip() if (tree / "SERIES_COMMIT").exists() else "?"
-outcomes = runner.run_all(tree, series.test_files(root), dest.parent / "test-logs")
+files = series.test_files(root)
+unknown = [f for f in chosen if f not in files]
+if unknown:
+    sys.exit(f"error: not a test file of the series: {', '.join(unknown)}")
+outcomes = runner.run_all(tree, chosen or files, dest.parent / "test-logs")
 runner.write_results(dest, outcomes, commit)
 sys.exit(0 if all(o.ok for o in outcomes) else 1)

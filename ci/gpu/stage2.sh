@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine, run 2 of 2 (within 30 s of run 1): assemble vLLM 0.26.0 with the
 # series' overlay under /tmp/vllm-run, build the series' native module with
-# compute_75 PTX, run the series' GPU test files, then whatever "$@" names
-# (e.g. the A/B harness). Results go to $OUT.
+# compute_75 PTX, run the series' test files (those in $TESTS, space-separated,
+# when set), then whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
 set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}
 root=/tmp/vllm-run
@@ -20,5 +20,6 @@ if [ -d "$root/src/csrc/sm7x" ]; then
   cp "$root"/build/_sm7x_C*.so "$root/src/vllm/"
   for f in "$root"/build/*.o; do cuobjdump -sass "$f" > "$OUT/$(basename "$f" .o).sass.txt" 2>&1 || true; done
 fi
-python3 ci/gpu/run_tests.py "$root/src" "$OUT/tests.json" || echo "TESTS FAILED"
+# shellcheck disable=SC2086 # TESTS is a list of paths
+python3 ci/gpu/run_tests.py "$root/src" "$OUT/tests.json" ${TESTS:-} || echo "TESTS FAILED"
 "$@"
