@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,11 +47,22 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     if label == "warm":
         cmd.append("--warm-only")
     print(f"boot {label}: {arm['name']}", flush=True)
+    # Streamed to a file as it runs: a boot that hangs still leaves its log.
+    log = Path(args.out).with_name(f"boot-{label}-{re.sub(r'[^A-Za-z0-9._-]', '_', arm['name'])}.log")
     t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            # The whole group: vLLM's engine and workers hold the GPUs.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = "timeout"
     out = {"arm": arm["name"], "label": label, "wall_s": time.perf_counter() - t,
-           "returncode": proc.returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1"}
-    lines = (proc.stdout + proc.stderr).splitlines()
+           "returncode": returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1", "log": log.name}
+    lines = log.read_text(errors="replace").splitlines()
     for line in lines:
         if line.startswith("RESULT "):
             out.update(json.loads(line[7:]))
@@ -61,9 +73,9 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
         if ROUTES.search(text) and text not in routes and not text.startswith("PREFILL"):
             routes.append(text[:300])
     out["route_lines"] = routes[:60]
-    if proc.returncode != 0 or "boot_s" not in out:
+    if returncode != 0 or "boot_s" not in out:
         out["error_tail"] = lines[-60:]
-    print(f"  -> rc {proc.returncode}, wall {out['wall_s']:.0f} s, boot "
+    print(f"  -> rc {returncode}, wall {out['wall_s']:.0f} s, boot "
           f"{out.get('boot_s', 0):.1f} s, prefill "
           + ", ".join(f"{k} {v:.3f}" for k, v in out.get("prefill_s", {}).items()), flush=True)
     if "error_tail" in out:
@@ -143,8 +155,9 @@ def summarize(boots: list[dict], arms: list[dict]) -> dict:
     return summary
 
 
-def boot_order(arms: list[dict], rounds: int, ceiling: bool) -> list[tuple[dict, str]]:
-    order = [(arms[0], "warm")]
+def boot_order(arms: list[dict], rounds: int, ceiling: bool,
+               warm: bool = True) -> list[tuple[dict, str]]:
+    order = [(arms[0], "warm")] if warm else []
     for r in range(rounds):
         seq = arms if r % 2 == 0 else arms[::-1]
         order += [(arm, f"r{r + 1}") for arm in seq]
@@ -163,12 +176,14 @@ def main() -> None:
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ceiling", action="store_true")
+    p.add_argument("--no-warm", action="store_true",
+                   help="skip the warm boot (the kernel caches on disk are already filled)")
     p.add_argument("--timeout", type=int, default=400)
     args = p.parse_args()
     arms = [json.loads(Path(f).read_text()) for f in args.arms]
     if len(arms) == 1:
         arms = [arms[0], dict(arms[0], name=arms[0]["name"] + "-again")]
-    order = boot_order(arms, args.rounds, args.ceiling)
+    order = boot_order(arms, args.rounds, args.ceiling, not args.no_warm)
     boots: list[dict] = []
     data = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "model": args.model,
             "layers": args.layers, "arms": arms, "order": [f"{l}:{a['name']}" for a, l in order],
