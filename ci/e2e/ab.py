@@ -211,9 +211,12 @@ def machine() -> dict:
                 "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
         info["error"] = repr(e)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True)
-    info["driver"] = smi.stdout.strip().splitlines()[0] if smi.stdout.strip() else None
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout
+        info["driver"] = smi.strip().splitlines()[0] if smi.strip() else None
+    except OSError as e:
+        info["driver"] = repr(e)
     return info
 
 
