@@ -2,6 +2,7 @@
 
     python3 ci/e2e/ab.py --arms ci/e2e/arms/reference.json ci/e2e/arms/copy_engine.json \
         --out results/e2e.json [--model seed|small] [--layers N] [--rounds 2] [--ceiling]
+    python3 ci/e2e/ab.py --merge run1.json run2.json --out results/e2e.json
 
 Each arm file: {"name", "kernel_config", "attention_config", "env"}; every boot
 runs with TP=2, NCCL_P2P_DISABLE=1 (unless the arm's env says otherwise),
@@ -146,11 +147,20 @@ def summarize(boots: list[dict], arms: list[dict]) -> dict:
                 for k, v in ref["decode_ms_per_step"].items()}
     ceiling = [b for b in boots if b["p2p"] and "prefill_s" in b]
     if ceiling:
-        c = ceiling[0]
-        summary["p2p_on"] = {"arm": c["arm"], "prefill_total_s": sum(c["prefill_s"].values()),
-                             "prefill_s": c["prefill_s"],
-                             "decode_ms_per_step": {k: v["ms_per_step"]
-                                                    for k, v in c["decode"].items()}}
+        summary["p2p_on"] = [{"arm": c["arm"], "prefill_total_s": sum(c["prefill_s"].values()),
+                              "prefill_s": c["prefill_s"],
+                              "decode_ms_per_step": {k: v["ms_per_step"]
+                                                     for k, v in c["decode"].items()}}
+                             for c in ceiling]
+        if names:
+            # How much of the no-P2P penalty (reference minus P2P on) an arm hides.
+            top = statistics.mean(c["prefill_total_s"] for c in summary["p2p_on"])
+            ref_s = summary["arms"][names[0]]["prefill_total_mean_s"]
+            summary["p2p_on_prefill_total_mean_s"] = top
+            if ref_s > top:
+                summary["penalty_hidden_pct"] = {
+                    other: 100 * (ref_s - summary["arms"][other]["prefill_total_mean_s"])
+                    / (ref_s - top) for other in names[1:]}
     summary["greedy"] = compare_greedy([b for b in boots if b["label"] != "warm"])
     return summary
 
@@ -166,20 +176,44 @@ def boot_order(arms: list[dict], rounds: int, ceiling: bool,
     return order
 
 
+def merge(files: list[str], out: Path) -> None:
+    """One summary over the boots of several runs (e.g. the rounds of two
+    calls on the GPU machine); the first file's first arm is the reference."""
+    runs = [json.loads(Path(f).read_text()) for f in files]
+    arms: list[dict] = []
+    boots: list[dict] = []
+    for i, run in enumerate(runs):
+        arms += [a for a in run["arms"] if a["name"] not in {x["name"] for x in arms}]
+        boots += [dict(b, run=Path(files[i]).name) for b in run["boots"]]
+    data = {"merged_from": [Path(f).name for f in files], "model": runs[0]["model"],
+            "layers": runs[0]["layers"], "arms": arms, "boots": boots,
+            "env": runs[0]["env"], "dates": [r["date"] for r in runs],
+            "order": [o for r in runs for o in r["order"]],
+            "summary": summarize(boots, arms)}
+    out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(data["summary"], indent=2))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--arms", nargs="+", required=True)
+    p.add_argument("--merge", nargs="+", metavar="RUN_JSON",
+                   help="summarize the boots of these runs together (no boots)")
+    p.add_argument("--arms", nargs="+")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="seed")
     p.add_argument("--layers", type=int)
     p.add_argument("--prefill", default="all")
-    p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ceiling", action="store_true")
     p.add_argument("--no-warm", action="store_true",
                    help="skip the warm boot (the kernel caches on disk are already filled)")
     p.add_argument("--timeout", type=int, default=400)
     args = p.parse_args()
+    if args.merge:
+        return merge(args.merge, Path(args.out))
+    if not args.arms:
+        p.error("--arms is required (or --merge)")
     arms = [json.loads(Path(f).read_text()) for f in args.arms]
     if len(arms) == 1:
         arms = [arms[0], dict(arms[0], name=arms[0]["name"] + "-again")]

@@ -51,7 +51,7 @@ def margins(logprobs) -> list[float] | None:
     out = []
     for entry in logprobs:
         vals = sorted((lp.logprob for lp in entry.values()), reverse=True)
-        out.append(round(vals[0] - vals[1], 4) if len(vals) > 1 else None)
+        out.append(vals[0] - vals[1] if len(vals) > 1 else None)
     return out
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     p.add_argument("--layers", type=int)
     p.add_argument("--arm", required=True, help="JSON: kernel_config, attention_config")
     p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
-    p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--warm-only", action="store_true")
     a = p.parse_args()
     arm = json.loads(a.arm)
@@ -83,9 +83,9 @@ def main() -> None:
         attention_config=arm.get("attention_config") or {},
         worker_extension_cls="reinit.ReinitWeights",
     )
-    llm.collective_rpc("reinit_weights")
+    refilled = llm.collective_rpc("reinit_weights")
     result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {},
-              "greedy_margin": {}, "decode": {}}
+              "greedy_margin": {}, "decode": {}, "reinit": refilled}
 
     def gen(ids, n, logprobs=None):
         sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True,
