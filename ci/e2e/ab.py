@@ -21,10 +21,12 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -48,8 +50,10 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     if label == "warm":
         cmd.append("--warm-only")
     print(f"boot {label}: {arm['name']}", flush=True)
-    # Streamed to a file as it runs: a boot that hangs still leaves its log.
-    log = Path(args.out).with_name(f"boot-{label}-{re.sub(r'[^A-Za-z0-9._-]', '_', arm['name'])}.log")
+    # Streamed to one file beside the JSON as it runs (a boot that hangs still
+    # leaves its log), then kept in OUT.logs.tgz: few files in the output
+    # folder, which the GPU machine returns only eight of.
+    log = Path(args.out).with_suffix(".boot.log")
     t = time.perf_counter()
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
@@ -61,9 +65,11 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             returncode = "timeout"
+    name = f"boot-{label}-{re.sub(r'[^A-Za-z0-9._-]', '_', arm['name'])}.log"
     out = {"arm": arm["name"], "label": label, "wall_s": time.perf_counter() - t,
-           "returncode": returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1", "log": log.name}
+           "returncode": returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1", "log": name}
     lines = log.read_text(errors="replace").splitlines()
+    keep_log(log, name, Path(args.out))
     for line in lines:
         if line.startswith("RESULT "):
             out.update(json.loads(line[7:]))
@@ -82,6 +88,18 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     if "error_tail" in out:
         print("\n".join("  | " + x for x in out["error_tail"][-25:]), flush=True)
     return out
+
+
+def keep_log(live: Path, name: str, out: Path) -> None:
+    """Move a finished boot's log into OUT.logs.tgz (rewritten whole)."""
+    store = Path("/tmp/e2e-logs") / out.stem
+    store.mkdir(parents=True, exist_ok=True)
+    live.replace(store / name)
+    tmp = out.with_suffix(".logs.tgz.part")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for f in sorted(store.iterdir()):
+            tar.add(f, arcname=f.name)
+    tmp.replace(out.with_suffix(".logs.tgz"))
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -224,6 +242,7 @@ def main() -> None:
             "boots": boots, "env": machine()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(Path("/tmp/e2e-logs") / out.stem, ignore_errors=True)  # an earlier run's
     for arm, label in order:
         extra = {"NCCL_P2P_DISABLE": "0"} if label == "ceiling" else None
         try:

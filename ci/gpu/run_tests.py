@@ -5,7 +5,9 @@ write the results JSON (GPU, driver, torch, date, series commit, outcomes).
 
 With test files named, only those run (they must be the series' own)."""
 
+import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -18,6 +20,11 @@ files = series.test_files(root)
 unknown = [f for f in chosen if f not in files]
 if unknown:
     sys.exit(f"error: not a test file of the series: {', '.join(unknown)}")
-outcomes = runner.run_all(tree, chosen or files, dest.parent / "test-logs")
+logs = Path("/tmp/test-logs")
+shutil.rmtree(logs, ignore_errors=True)
+outcomes = runner.run_all(tree, chosen or files, logs)
 runner.write_results(dest, outcomes, commit)
+# One archive: the GPU machine returns at most eight files from its output folder.
+with tarfile.open(dest.parent / "test-logs.tgz", "w:gz") as tar:
+    tar.add(logs, arcname="test-logs")
 sys.exit(0 if all(o.ok for o in outcomes) else 1)

@@ -18,7 +18,10 @@ if [ -d "$root/src/csrc/sm7x" ]; then
   python3 -m serieskit.build --src "$root/src" --out "$root/build" --arch 75 --ptx --link \
     --report "$OUT/build_report.json"
   cp "$root"/build/_sm7x_C*.so "$root/src/vllm/"
-  for f in "$root"/build/*.o; do cuobjdump -sass "$f" > "$OUT/$(basename "$f" .o).sass.txt" 2>&1 || true; done
+  # One archive: the GPU machine returns at most eight files from $OUT.
+  mkdir -p "$root/sass"
+  for f in "$root"/build/*.o; do cuobjdump -sass "$f" > "$root/sass/$(basename "$f" .o).sass.txt" 2>&1 || true; done
+  tar czf "$OUT/sass.tgz" -C "$root/sass" .
 fi
 # shellcheck disable=SC2086 # TESTS is a list of paths
 if [ "${TESTS:-}" != none ]; then
