@@ -121,42 +121,35 @@ def _copy_bw(rank, cpu_group) -> dict:
     host_a = torch.empty(nbytes // 2, dtype=torch.float16, pin_memory=True)
     host_b = torch.empty(nbytes // 2, dtype=torch.float16, pin_memory=True)
     host_b.copy_(dev_src.cpu())
-    s_d2h = torch.cuda.Stream()
-    s_h2d = torch.cuda.Stream()
+    # direction -> (stream, destination, source)
+    copies = {
+        "d2h": (torch.cuda.Stream(), host_a, dev_src),
+        "h2d": (torch.cuda.Stream(), dev_dst, host_b),
+    }
     reps = 10
 
     def run(d2h: bool, h2d: bool) -> dict:
-        out = {}
+        on = [k for k, want in (("d2h", d2h), ("h2d", h2d)) if want]
         for _ in range(2):  # warm-up
-            with torch.cuda.stream(s_d2h):
-                if d2h:
-                    host_a.copy_(dev_src, non_blocking=True)
-            with torch.cuda.stream(s_h2d):
-                if h2d:
-                    dev_dst.copy_(host_b, non_blocking=True)
+            for k in on:
+                stream, dst, src = copies[k]
+                with torch.cuda.stream(stream):
+                    dst.copy_(src, non_blocking=True)
         _sync_ranks(cpu_group)
-        ev = {
-            k: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(True))
-            for k in ("d2h", "h2d")
-        }
-        if d2h:
-            ev["d2h"][0].record(s_d2h)
-            with torch.cuda.stream(s_d2h):
+        ev = {}
+        for k in on:  # both directions queued before either is waited for
+            stream, dst, src = copies[k]
+            ev[k] = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(True))
+            ev[k][0].record(stream)
+            with torch.cuda.stream(stream):
                 for _ in range(reps):
-                    host_a.copy_(dev_src, non_blocking=True)
-            ev["d2h"][1].record(s_d2h)
-        if h2d:
-            ev["h2d"][0].record(s_h2d)
-            with torch.cuda.stream(s_h2d):
-                for _ in range(reps):
-                    dev_dst.copy_(host_b, non_blocking=True)
-            ev["h2d"][1].record(s_h2d)
+                    dst.copy_(src, non_blocking=True)
+            ev[k][1].record(stream)
         torch.cuda.synchronize()
-        for k, on in (("d2h", d2h), ("h2d", h2d)):
-            if on:
-                ms = ev[k][0].elapsed_time(ev[k][1])
-                out[k + "_GBps"] = nbytes * reps / (ms * 1e-3) / 1e9
-        return out
+        return {
+            k + "_GBps": nbytes * reps / (ev[k][0].elapsed_time(ev[k][1]) * 1e-3) / 1e9
+            for k in on
+        }
 
     res: dict = {"bytes_per_copy": nbytes}
     # Alone: one direction, one GPU (rank 0), the other idle.

@@ -122,14 +122,20 @@ def test_decrease_passes(base, tmp_path):
     assert not changes[0].increase
 
 
-def test_base_reports_the_same(base, tmp_path):
-    # ref: an older tree the hook compares against; the base already raised
-    # runner.py over it; the series (head) raises speculative.py on its own.
+def _ref_and_head(base, tmp_path):
+    """ref: an older tree the hook compares against, over which the base
+    already raised runner.py's platform coupling; head: a copy of the base."""
     ref = tmp_path / "ref"
     shutil.copytree(base, ref)
     (ref / "vllm/layers/runner.py").write_text("def f(x):\n    return x\n")
     head = tmp_path / "head"
     shutil.copytree(base, head)
+    return ref, head
+
+
+def test_base_reports_the_same(base, tmp_path):
+    # The series (head) raises speculative.py on its own.
+    ref, head = _ref_and_head(base, tmp_path)
     spec = head / "vllm/config/speculative.py"
     spec.write_text(spec.read_text() + "B = ['LlamaForCausalLM', 'MiMoForCausalLM']\n")
     increases, lines = L.check(base, head, SCRIPT, ref_root=ref)
@@ -141,11 +147,7 @@ def test_base_reports_the_same(base, tmp_path):
 
 
 def test_raised_beyond_the_base_shows_the_base_figure(base, tmp_path):
-    ref = tmp_path / "ref"
-    shutil.copytree(base, ref)
-    (ref / "vllm/layers/runner.py").write_text("def f(x):\n    return x\n")
-    head = tmp_path / "head"
-    shutil.copytree(base, head)
+    ref, head = _ref_and_head(base, tmp_path)
     runner = head / "vllm/layers/runner.py"
     runner.write_text(runner.read_text() + "def g(t):\n    return t.cuda()\n")
     increases, lines = L.check(base, head, SCRIPT, ref_root=ref)

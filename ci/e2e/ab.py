@@ -121,9 +121,9 @@ def compare_greedy(boots: list[dict]) -> dict:
         for name, ids in ref["greedy"].items():
             i = first_difference(ids, b["greedy"].get(name, []))
             if i is not None:
-                gap = (ref.get("greedy_margin", {}).get(name) or [None] * (i + 1))
+                gaps = ref.get("greedy_margin", {}).get(name) or []
                 diffs.append({"boot": b["label"], "arm": b["arm"], "prompt": name, "step": i,
-                              "reference_gap": gap[i] if i < len(gap) else None})
+                              "reference_gap": gaps[i] if i < len(gaps) else None})
     gaps = [g for m in ref.get("greedy_margin", {}).values() for g in (m or []) if g is not None]
     return {"reference_boot": ref["label"], "identical_all_boots": not diffs,
             "differences": diffs,

@@ -21,7 +21,6 @@ class ReinitWeights:
     def reinit_weights(self, std: float = 0.02) -> dict:
         """Refill in place; returns what it did, for the boot's record."""
         model = self.model_runner.model  # type: ignore[attr-defined]
-        count = 0
         names = []
         for name, param in model.named_parameters():
             if not torch.is_floating_point(param):
@@ -32,9 +31,8 @@ class ReinitWeights:
                 gen = torch.Generator(device=param.device)
                 gen.manual_seed(zlib.crc32(name.encode()))
                 param.normal_(0.0, std, generator=gen)
-            count += 1
             names.append(name)
         torch.accelerator.synchronize()
         lm_head = dict(model.named_parameters()).get("lm_head.weight")
-        return {"parameters": count, "first": names[:3],
+        return {"parameters": len(names), "first": names[:3],
                 "lm_head_std": None if lm_head is None else float(lm_head.float().std())}
