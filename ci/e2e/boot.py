@@ -111,6 +111,12 @@ def main() -> None:
         try:
             _, out = gen(models.prompt(length, 100 + i), 32, logprobs=2)
             result["greedy_margin"][name] = margins(out.logprobs)
+            # The first steps as returned (token: [logprob, rank]), to read
+            # the gaps against.
+            result.setdefault("logprobs_head", {})[name] = [
+                {str(t): [lp.logprob, lp.rank] for t, lp in entry.items()}
+                for entry in (out.logprobs or [])[:3]
+            ]
         except Exception as e:  # noqa: BLE001 - the ids matter more than the gaps
             print(f"greedy with logprobs failed ({e!r}); ids only", file=sys.stderr)
             _, out = gen(models.prompt(length, 100 + i), 32)
