@@ -74,7 +74,9 @@ def parse_junit(path: Path, name: str) -> Outcome:
 
 
 def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
-             env: dict[str, str] | None = None, timeout: float = 1800) -> Outcome:
+             env: dict[str, str] | None = None, timeout: float = 1800,
+             select: str | None = None) -> Outcome:
+    """One test file in a pytest process of its own; `select` is pytest's -k."""
     if not (tree / test).is_file():
         raise ToolkitError(f"test file {test} is not in {tree}")
     xml = out_dir / (test.replace("/", "__") + ".xml")
@@ -86,7 +88,7 @@ def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
     try:
         proc = subprocess.run(
             [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
-             f"--junitxml={xml}", test],
+             f"--junitxml={xml}", *(["-k", select] if select else []), test],
             cwd=tree, env=run_env, timeout=timeout, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )

@@ -73,3 +73,10 @@ def test_results_json_names_the_machine_and_the_commit(tmp_path):
     assert "driver" in data and "torch" in data
     assert data["files"][0]["file"] == "tests/test_ok.py"
     assert data["files"][0]["passed"] == 1
+
+
+def test_select_runs_part_of_a_file(tmp_path):
+    tree = make_tree(tmp_path)
+    outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path, select="not two_gpus")
+    # pytest reports the deselected test as neither run nor skipped.
+    assert (outcome.passed, outcome.skipped, outcome.ok) == (1, 0, True)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU machine, run 2 of 2 (within 30 s of run 1): assemble vLLM 0.26.0 with the
 # series' overlay under /tmp/vllm-run, build the series' native module with
-# compute_75 PTX, run the series' test files (those in $TESTS, space-separated,
-# when set; none for none), then whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
+# compute_75 PTX (BUILD=0 skips it), run the series' test files (those in $TESTS,
+# space-separated, when set; none for none; SELECT is pytest's -k), then
+# whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
 set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}
 root=/tmp/vllm-run
@@ -14,7 +15,7 @@ xz -dc /tmp/keep/_C_stable_libtorch.abi3.so.xz > "$root/src/vllm/_C_stable_libto
 xz -dc "$part2/fa.tar.xz" | tar xf - -C "$root/src"
 export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
-if [ -d "$root/src/csrc/sm7x" ]; then
+if [ "${BUILD:-1}" != 0 ] && [ -d "$root/src/csrc/sm7x" ]; then
   python3 -m serieskit.build --src "$root/src" --out "$root/build" --arch 75 --ptx --link \
     --report "$OUT/build_report.json"
   cp "$root"/build/_sm7x_C*.so "$root/src/vllm/"
@@ -25,6 +26,7 @@ if [ -d "$root/src/csrc/sm7x" ]; then
 fi
 # shellcheck disable=SC2086 # TESTS is a list of paths
 if [ "${TESTS:-}" != none ]; then
-  python3 ci/gpu/run_tests.py "$root/src" "$OUT/tests.json" ${TESTS:-} || echo "TESTS FAILED"
+  python3 ci/gpu/run_tests.py "$root/src" "$OUT/tests.json" ${SELECT:+-k "$SELECT"} ${TESTS:-} \
+    || echo "TESTS FAILED"
 fi
 "$@"
