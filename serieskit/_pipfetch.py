@@ -7,8 +7,9 @@ for the file and downloads only that file, with pip's own session.
 
 Run as ``python -m serieskit._pipfetch NAME VERSION FILENAME DEST``; prints
 JSON ``{"url": ..., "sha256": ..., "size": ...}`` and reports progress on
-stderr. Exit status 2 means "no such file on the index", 1 any other error.
-This uses pip's internal API, kept to this one small module.
+stderr. Exit status NOT_FOUND means "no such file on the index", UNREACHABLE
+"the index could not be reached" (pip's own reason on stderr), 1 any other
+error. This uses pip's internal API, kept to this one small module.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import logging
 import sys
 import time
 
+NOT_FOUND = 2
+UNREACHABLE = 3
+
 
 def _finder_and_session():
     from pip._internal.commands import create_command
@@ -25,6 +29,18 @@ def _finder_and_session():
     cmd = create_command("download")
     options, _ = cmd.parse_args(["--no-deps", "placeholder"])
     return cmd, options
+
+
+def _unreachable(session, index_urls: list[str], name: str, options) -> str | None:
+    """pip's reason for each index that does not answer; None when all do.
+    A release missing from the indexes that answered may be on one that did not."""
+    reasons = []
+    for url in index_urls:
+        try:
+            session.get(f"{url.rstrip('/')}/{name}/", timeout=options.timeout)
+        except Exception as e:  # noqa: BLE001 - pip's session raises many kinds
+            reasons.append(f"{url}: {e}")
+    return "; ".join(reasons) or None
 
 
 def main(argv: list[str]) -> int:
@@ -42,8 +58,14 @@ def main(argv: list[str]) -> int:
             if c.link.filename == filename
         ]
         if not found:
+            # pip's finder reads an unreachable index as an empty one: ask it once
+            # more directly, so that an outage does not look like a missing release.
+            reason = _unreachable(session, finder.search_scope.index_urls, name, options)
+            if reason:
+                print(reason, file=sys.stderr)
+                return UNREACHABLE
             print(f"{filename} is not on the package index", file=sys.stderr)
-            return 2
+            return NOT_FOUND
         link = found[0]
         info = {"url": link.url_without_fragment,
                 "sha256": link.hash if link.hash_name == "sha256" else None}

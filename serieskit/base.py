@@ -23,13 +23,16 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import git as g
-from serieskit.errors import ToolkitError
+from serieskit import git
+from serieskit import _pipfetch as pipfetch
+from serieskit.errors import ToolkitError, failed, last_line
 
 PIN_FILE = "pin.toml"
 PACKAGE = "vllm"
 BASE_DATE = "946684800 +0000"  # 2000-01-01: fixed, so the id is reproducible
 _VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d+)?(\.post\d+)?$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -52,14 +55,26 @@ def base_ref(version: str) -> str:
 
 
 def read_pin(root: Path) -> Pin:
+    """The pin, checked field by field: a typo is one error line, not a traceback."""
     path = root / PIN_FILE
     try:
-        data = tomllib.loads(path.read_text())["base"]
-        return Pin(data["version"], data["sha256"], data.get("commit") or None)
+        data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ToolkitError(f"no pin file: {path} is missing") from None
-    except (KeyError, tomllib.TOMLDecodeError) as e:
-        raise ToolkitError(f"{path} is malformed: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ToolkitError(f"{path} is not valid TOML: {e}") from None
+    table = data.get("base")
+    if not isinstance(table, dict):
+        raise ToolkitError(f"{path} has no [base] table")
+    version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise ToolkitError(f"{path}: base.version must be a release string such as "
+                           f'"0.26.0", not {version!r}')
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ToolkitError(f"{path}: base.sha256 must be 64 hex digits, not {sha256!r}")
+    if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
+        raise ToolkitError(f"{path}: base.commit must be a 40-digit commit id, not {commit!r}")
+    return Pin(version, sha256, commit or None)
 
 
 def write_pin(root: Path, pin: Pin) -> None:
@@ -110,28 +125,30 @@ def fetch(name: str, version: str, sha256: str | None = None,
     index's own sha256 is required and checked.
     """
     path = cache_dir() / name
-    if path.exists():
-        digest = sha256_of(path)
-        known = sha256 or _read_sidecar(path)
-        if known == digest:
-            return path, digest
-        log(f"base: cached {name} does not match its sha256; downloading again")
-        path.unlink()
+    cached = sha256_of(path) if path.exists() else None
+    if cached is not None:
+        if cached == (sha256 or _read_sidecar(path)):
+            return path, cached
+        log(f"base: the cached {name} ({cached[:16]}...) does not match "
+            f"{'the pin' if sha256 else 'its record'}; downloading it again to compare "
+            "(the cached file stays until a verified one replaces it)")
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")
-    info = _download(name, version, part)
-    index_sha = info.get("sha256")
-    expected = sha256 or index_sha
-    if not expected:
-        part.unlink(missing_ok=True)
-        raise ToolkitError(f"the package index gives no sha256 for {name}: cannot verify it")
-    digest = sha256_of(part)
-    if digest != expected:
-        part.unlink(missing_ok=True)
-        what = "the pin" if sha256 else "the package index"
-        raise ToolkitError(
-            f"sha256 mismatch for {name}: {what} says {expected}, the download is {digest}"
-        )
+    try:
+        info = _download(name, version, part)
+        expected = sha256 or info.get("sha256")
+        if not expected:
+            raise ToolkitError(f"the package index gives no sha256 for {name}: cannot verify it")
+        digest = sha256_of(part)
+        if digest != expected:
+            what = "the pin" if sha256 else "the package index"
+            same = " (the cached file too)" if cached == digest else ""
+            raise ToolkitError(f"sha256 mismatch for {name}: {what} says {expected}, the "
+                               f"index serves {digest}{same}"
+                               + (": is pin.toml right?" if sha256 else ""))
+    except ToolkitError:
+        part.unlink(missing_ok=True)  # a failed download; the cached file is untouched
+        raise
     part.replace(path)
     path.with_suffix(".sha256").write_text(digest + "\n")
     return path, digest
@@ -160,15 +177,16 @@ def _download(name: str, version: str, dest: Path) -> dict:
         stdout=subprocess.PIPE, stderr=None if _progress_wanted() else subprocess.PIPE,
         env=env, text=True,
     )
-    if proc.returncode == 2:
+    if proc.returncode == pipfetch.NOT_FOUND:
         raise ToolkitError(
             f"vLLM {version} has no source distribution ({name}) on pip's configured index"
         )
+    if proc.returncode == pipfetch.UNREACHABLE:
+        raise ToolkitError(f"cannot reach pip's package index to fetch {name}: "
+                           f"{last_line(proc.stderr, 'see the lines above')}")
     if proc.returncode != 0:
-        dest.unlink(missing_ok=True)
-        tail = (proc.stderr or "").strip().splitlines()
-        raise ToolkitError(tail[-1] if tail else f"download of {name} failed")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise failed(f"download of {name}", proc)
+    return json.loads(last_line(proc.stdout, "{}"))
 
 
 def _progress_wanted() -> bool:
@@ -199,13 +217,9 @@ def _quote(path: str) -> str:
 
 def import_sdist(repo: Path, sdist: Path, version: str, sha256: str, log=print) -> str:
     """Write the sdist's files as one commit at ``base_ref(version)``; return its id."""
-    ident = f"{g.COMMITTER[0]} <{g.COMMITTER[1]}> {BASE_DATE}"
+    ident = f"{git.COMMITTER[0]} <{git.COMMITTER[1]}> {BASE_DATE}"
     msg = commit_message(version, sha256).encode()
-    proc = subprocess.Popen(
-        ["git", "-C", str(repo), "fast-import", "--quiet", "--date-format=raw",
-         "--force"],
-        stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=g.git_env(),
-    )
+    proc = git.popen(repo, "fast-import", "--quiet", "--date-format=raw", "--force")
     assert proc.stdin is not None
     w = proc.stdin.write
     count = 0
@@ -237,31 +251,47 @@ def import_sdist(repo: Path, sdist: Path, version: str, sha256: str, log=print) 
         proc.kill()
         proc.wait()
         raise ToolkitError(f"cannot read {sdist.name}: {e}") from None
-    err = proc.stderr.read().decode() if proc.stderr else ""
+    err = proc.stderr.read() if proc.stderr else b""
     if proc.wait() != 0:
-        raise ToolkitError(f"git fast-import failed: {err.strip()}")
-    commit = g.rev(repo, base_ref(version))
+        raise ToolkitError(f"git fast-import failed: {last_line(err)}")
+    commit = git.rev(repo, base_ref(version))
     assert commit
     log(f"base: unpacked {count} files of {sdist.name} into commit {commit[:12]}")
     return commit
 
 
 def ensure_repo(repo: Path) -> None:
-    if not g.is_repo(repo):
+    if not git.is_repo(repo):
         repo.mkdir(parents=True, exist_ok=True)
-        g.git(repo, "init", "-q")
+        git.git(repo, "init", "-q")
+
+
+def recorded_sha256(repo: Path, commit: str) -> str | None:
+    """The sdist sha256 a base commit was made from (its message records it)."""
+    m = re.search(r"sha256 ([0-9a-f]{64})", git.git(repo, "log", "-1", "--format=%B", commit))
+    return m.group(1) if m else None
 
 
 def ensure_base(repo: Path, version: str, sha256: str | None,
                 commit: str | None = None, log=print) -> tuple[str, str]:
     """Make sure ``repo`` holds the base commit of ``version``; return (id, sha256).
 
-    ``commit``, when given (the pin's), must equal the id made here.
+    Checked every time: the sha256 the base was made from must be the pin's
+    (``sha256``), and ``commit``, when given (the pin's), must be its id.
     """
     ensure_repo(repo)
-    have = g.rev(repo, base_ref(version))
-    if have and (commit is None or have == commit):
-        return have, sha256 or _sidecar_or_none(version) or ""
+    have = git.rev(repo, base_ref(version))
+    if have:
+        made_from = recorded_sha256(repo, have) or ""
+        if sha256 and made_from != sha256:
+            raise ToolkitError(
+                f"the pin says vLLM {version} has sha256 {sha256}, but the base in {repo} "
+                f"was made from an sdist with sha256 {made_from}: check pin.toml"
+            )
+        if commit and have != commit:
+            raise ToolkitError(f"the base commit of vLLM {version} in {repo} is {have[:12]}, "
+                               f"the pin says {commit[:12]}: check pin.toml")
+        return have, made_from
     sdist, digest = fetch_sdist(version, sha256, log=log)
     made = import_sdist(repo, sdist, version, digest, log=log)
     if commit and made != commit:
@@ -270,7 +300,3 @@ def ensure_base(repo: Path, version: str, sha256: str | None,
             "the pin or the import is wrong"
         )
     return made, digest
-
-
-def _sidecar_or_none(version: str) -> str | None:
-    return _read_sidecar(cache_dir() / f"{PACKAGE}-{version}.tar.gz")

@@ -5,15 +5,14 @@ in that folder's README): ``*.cu`` files hold kernels and launchers without
 torch headers, so each compiles with plain nvcc; ``*_sm75.cu`` files are
 Turing-only; ``*_ops.cpp`` files hold the torch bindings.
 
-``compile_kernels`` compiles every kernel for every architecture it targets
-and collects the ptxas resource usage; ``link_extension`` (needs torch with
-CUDA) turns them into an importable module. Run on a GPU machine as
-``python3 -m serieskit.build --src TREE --out DIR --ptx --link``.
+``build`` compiles every kernel for every architecture it targets and
+collects the ptxas resource usage; ``link_extension`` (needs torch with CUDA)
+turns them into an importable module. On a GPU machine the same session runs
+on any tree: ``python3 -m serieskit build --tree TREE --out DIR --ptx --link``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from serieskit.errors import ToolkitError
+from serieskit.errors import ToolkitError, failed
 
 SRC_DIR = "csrc/sm7x"
 MODULE = "_sm7x_C"
@@ -135,10 +134,8 @@ def compile_kernel(
     ]
     proc = _run(cmd, check=False)
     if proc.returncode != 0:
-        raise ToolkitError(
-            f"nvcc failed on {kernel.source} for sm_{'/sm_'.join(archs)}:\n"
-            + proc.stdout + proc.stderr
-        )
+        raise ToolkitError(f"nvcc failed on {kernel.source} for sm_{'/sm_'.join(archs)}:\n"
+                           + _indent(proc.stdout + proc.stderr))
     return obj, parse_ptxas(proc.stdout + proc.stderr)
 
 
@@ -166,8 +163,7 @@ def cuda12_toolchain(log=print) -> tuple[Path, Path]:
         proc = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                      "--target", str(site), *CUDA12], check=False)
         if proc.returncode != 0 or not lib.exists():
-            raise ToolkitError("build: installing the CUDA 12 compiler failed: "
-                               + (proc.stderr.strip().splitlines() or ["?"])[-1])
+            raise failed("build: installing the CUDA 12 compiler", proc)
         stamp.write_text("\n".join(CUDA12))
     return lib, include
 
@@ -208,7 +204,8 @@ def compile_kernel_nvrtc(
     text = buf.value.decode(errors="replace")
     try:
         if rc != 0:
-            raise ToolkitError(f"NVRTC (CUDA 12) failed on {kernel.source} for sm_{arch}:\n{text}")
+            raise ToolkitError(f"NVRTC (CUDA 12) failed on {kernel.source} for sm_{arch}:\n"
+                               + _indent(text))
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         cubin = ctypes.create_string_buffer(size.value)
         lib.nvrtcGetCUBIN(prog, cubin)
@@ -361,34 +358,38 @@ def _short(name: str) -> str:
 
 
 def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+    """Run a tool; with ``check``, a failure is a ToolkitError with its reason."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise ToolkitError(f"build: cannot run {cmd[0]}: {e}") from None
+    if check and proc.returncode != 0:
+        raise failed(f"build: {Path(cmd[0]).name} {' '.join(cmd[1:2])}", proc)
+    return proc
 
 
 def _run_or_raise(cmd: list[str], what: str) -> None:
     proc = _run(cmd, check=False)
     if proc.returncode != 0:
-        raise ToolkitError(f"build: {what} failed:\n{proc.stdout}{proc.stderr}")
+        raise ToolkitError(f"build: {what} failed:\n{_indent(proc.stdout + proc.stderr)}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m serieskit.build")
-    p.add_argument("--src", type=Path, required=True, help="patched vLLM tree")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--arch", action="append", choices=ALL_ARCHS)
-    p.add_argument("--ptx", action="store_true", help="add compute_75 PTX")
-    p.add_argument("--link", action="store_true", help="link the torch module")
-    p.add_argument("--report", type=Path, help="write the JSON report here")
-    a = p.parse_args(argv)
-    try:
-        report = build(a.src, a.out, archs=tuple(a.arch or ALL_ARCHS),
-                       ptx=a.ptx, link=a.link)
-    except ToolkitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if a.report:
-        a.report.write_text(report.to_json())
-    return 0
+def _indent(text: str) -> str:
+    """A tool's own output under an error line (shown whole: a compiler's
+    first error is the one that matters)."""
+    return "\n".join(f"  {line}" for line in text.rstrip().splitlines())
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def session(tree: Path, out: Path, *, archs: tuple[str, ...] = ALL_ARCHS, ptx: bool = False,
+            link: bool = False, report: Path | None = None, log=print) -> Report:
+    """``nox -s build``: compile (and link) under ``out``; write the JSON report;
+    put a linked module into the tree (vLLM's .gitignore ignores ``*.so``)."""
+    result = build(tree, out, archs=archs, ptx=ptx, link=link, log=log)
+    if result.kernels and report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(result.to_json())
+        log(f"build: report {report}")
+    if result.module:
+        shutil.copy2(result.module, tree / "vllm" / Path(result.module).name)
+        log(f"build: {Path(result.module).name} copied into {tree / 'vllm'}")
+    return result

@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serieskit import git
-from serieskit.errors import ToolkitError
+from serieskit import git, safety, series
+from serieskit.errors import ToolkitError, failed
+from serieskit.state import State
 
 GENERATOR = "tools/pre_commit/generate_runtime_reference.py"
 OUTPUT = "docs/design/architecture/runtime_reference.md"
@@ -42,9 +43,7 @@ def _run(tree: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _failure(proc: subprocess.CompletedProcess) -> ToolkitError:
-    err = (proc.stderr or proc.stdout or "").strip().splitlines()
-    last = err[-1] if err else f"exit {proc.returncode}"
-    return ToolkitError(f"{GENERATOR} failed: {last}")
+    return failed(GENERATOR, proc)
 
 
 def check(tree: Path) -> str | None:
@@ -118,8 +117,7 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
                    "-X", "theirs", "--exec", script, f"{commits[0]}~1")
     if proc.returncode != 0:
         git.run(tree, "rebase", "--abort")
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise ToolkitError(f"docs: regenerating along the series failed: {err[-1] if err else '?'}")
+        raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
     changed = [git.git(tree, "log", "-1", "--format=%s", c).strip()
                for c, old in zip(after, before.values())
@@ -129,3 +127,26 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
     if not changed:
         log(f"docs: {OUTPUT} is current at every patch")
     return changed
+
+
+def session(root: Path, check_only: bool = False, log=print) -> None:
+    """``nox -s docs``: check the reference, or regenerate it into its patches
+    and export them. Writing patches/ needs what export needs (a complete
+    series on the pin's base): refused before any commit is rewritten."""
+    tree = series.applied_tree(root)
+    if check_only:
+        diff = check(tree)
+        if diff:
+            log(diff)
+            raise ToolkitError(f"{OUTPUT} is stale: run `nox -s docs`")
+        log(f"docs: {OUTPUT} is up to date")
+        return
+    state = State.load(root)
+    series.require_exportable(root, state)
+    assert state.base
+    head = git.rev(tree, "HEAD")
+    if amend(tree, state.base, log=log):
+        assert head
+        log(f"docs: the series before regeneration is kept as "
+            f"{safety.backup_ref(tree, head, 'docs')}")
+        series.export(root, log=log)

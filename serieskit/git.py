@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from serieskit.errors import ToolkitError
+from serieskit.errors import ToolkitError, failed
 
 # The fixed identity of every commit the toolkit makes: the same series gives
 # the same commit ids on every machine, whatever the user's git identity.
@@ -100,25 +100,33 @@ def git(
     """Run git in ``repo`` with stable settings; return its stdout as text."""
     proc = run(repo, *args, input=input, env=env, capture=capture)
     if check and proc.returncode != 0:
-        err = (proc.stderr or b"").decode(errors="replace").strip()
-        last = err.splitlines()[-1] if err else f"exit {proc.returncode}"
-        raise ToolkitError(f"git {args[0]} failed: {last}")
+        raise failed(f"git {args[0]}", proc)
     return (proc.stdout or b"").decode(errors="replace")
+
+
+def _command(repo: Path | None, args: tuple[str, ...]) -> list[str]:
+    cmd = ["git", *_config_args()]
+    if repo is not None:
+        cmd += ["-C", str(repo)]
+    return cmd + list(args)
 
 
 def run(
     repo: Path | None, *args: str, input: bytes | None = None,
     env: dict[str, str] | None = None, capture: bool = True, isolated: bool = True,
 ) -> subprocess.CompletedProcess:
-    cmd = ["git", *_config_args()]
-    if repo is not None:
-        cmd += ["-C", str(repo)]
-    cmd += list(args)
+    """Run git; the caller reads the return code (see :func:`git`)."""
     return subprocess.run(
-        cmd, input=input, env=git_env(env, isolated),
+        _command(repo, args), input=input, env=git_env(env, isolated),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
     )
+
+
+def popen(repo: Path | None, *args: str) -> subprocess.Popen:
+    """git with a pipe to its stdin (fast-import), stable settings as above."""
+    return subprocess.Popen(_command(repo, args), stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=git_env())
 
 
 def version() -> tuple[int, int]:
@@ -162,14 +170,35 @@ def commits(repo: Path, rng: str) -> list[tuple[str, str]]:
     return [tuple(line.split(" ", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
 
 
+def gitdir(repo: Path) -> Path:
+    return Path(git(repo, "rev-parse", "--absolute-git-dir").strip())
+
+
 def operation_in_progress(repo: Path) -> str | None:
     """Which of am / rebase / merge / cherry-pick is stopped in ``repo``."""
-    gitdir = Path(git(repo, "rev-parse", "--absolute-git-dir").strip())
-    if (gitdir / "rebase-apply").exists():
-        return "am" if (gitdir / "rebase-apply" / "applying").exists() else "rebase"
-    if (gitdir / "rebase-merge").exists():
+    path = gitdir(repo)
+    if (path / "rebase-apply").exists():
+        return "am" if (path / "rebase-apply" / "applying").exists() else "rebase"
+    if (path / "rebase-merge").exists():
         return "rebase"
-    for name, op in (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick")):
-        if (gitdir / name).exists():
+    for name, op in (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"),
+                     ("REVERT_HEAD", "revert")):
+        if (path / name).exists():
             return op
     return None
+
+
+def branch(repo: Path) -> str | None:
+    """The branch HEAD is on, or None when it is detached."""
+    proc = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD")
+    return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+
+def commit_subject(repo: Path, commit: str) -> str:
+    return git(repo, "log", "-1", "--format=%s", commit).strip()
+
+
+def changed_files(repo: Path, commit: str) -> list[str]:
+    """The paths ``commit`` touches against its parent (renames as both)."""
+    out = git(repo, "diff-tree", "--no-commit-id", "--name-status", "-r", "-M", commit)
+    return sorted({p for line in out.splitlines() for p in line.split("\t")[1:]})

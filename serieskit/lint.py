@@ -101,3 +101,27 @@ def require_tools() -> None:
         if subprocess.run([sys.executable, "-m", mod, "--version"],
                           capture_output=True).returncode != 0:
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
+
+
+def session(root: Path, log=print) -> None:
+    """``nox -s lint``: ruff, mypy and check-layering of the work tree's series."""
+    from serieskit import base, layering, series
+    from serieskit.state import State
+
+    tree = series.applied_tree(root)
+    state = State.load(root)
+    assert state.base
+    require_tools()
+    script = tree / "tools/pre_commit/check_layering.py"
+    failed = lint(tree, state.base, log=log)
+    if script.is_file():
+        pin = base.read_pin(root)
+        # On a rebased work tree (a fork's ref, say) the pinned upstream base
+        # is the reference: increases that the work tree's base has too are
+        # reported as "base reports the same" and do not fail.
+        ref = pin.commit if pin.commit and pin.commit != state.base else None
+        if not layering.check_series(tree, state.base, script,
+                                     series.layering_acknowledged(root), ref):
+            failed.append("check-layering")
+    if failed:
+        raise ToolkitError(f"lint failed: {', '.join(failed)}")

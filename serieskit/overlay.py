@@ -8,7 +8,7 @@ same version: the way the seed ran its A/B without a full rebuild.
 network and takes at most 64 MiB per run: part1 is the wheel's compiled core
 module (it must arrive in a first run and wait in /tmp), part2 the rest (the
 overlay, the FA3 package vLLM's model inspection imports, and the wheels that
-machine lacks). ``ci/gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
+machine lacks). ``gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base as b
-from serieskit.errors import ToolkitError
+from serieskit import base, series
+from serieskit.errors import ToolkitError, failed
+from serieskit.state import State
 
 WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
 CORE = "vllm/_C_stable_libtorch.abi3.so"
 FA_DIR = "vllm/vllm_flash_attn/"
 FA_SKIP = "_vllm_fa2_C.abi3.so"  # never loaded on this path; 140 MB
-# What the GPU image (Python 3.12, torch 2.11) lacks for vLLM 0.26.0's engine.
+# What the GPU image (Python 3.12, torch 2.11) lacks for the pinned vLLM's engine.
 GPU_WHEELS = (
     "cbor2", "pyzmq", "openai-harmony", "openai<3", "msgspec", "pybase64", "cachetools",
     "llguidance>=1.7,<1.8", "xgrammar==0.2.8", "apache-tvm-ffi", "fastapi>=0.133,<0.137",
@@ -58,7 +59,7 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
 def pack_gpu(tree: Path, out: Path, version: str, commit: str,
              extra: list[str] = (), log=print) -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
-    wheel, wheel_sha = b.fetch(WHEEL.format(v=version), version, log=log)
+    wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
     source = p1 / "SOURCE"
     fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
@@ -90,6 +91,7 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
         info = tarfile.TarInfo("SERIES_COMMIT")
         info.size = len(stamp)
         tar.addfile(info, io.BytesIO(stamp))
+    (p2 / "VERSION").write_text(version + "\n")
     whl = p2 / "whl"
     whl.mkdir()
     plats = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
@@ -98,8 +100,7 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
          "--python-version", "3.12", "--implementation", "cp", *plats, "-d", str(whl),
          *GPU_WHEELS], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise ToolkitError("gpu: downloading the wheels the GPU image lacks failed: "
-                           + (proc.stderr.strip().splitlines() or ["?"])[-1])
+        raise failed("gpu: downloading the wheels the GPU image lacks", proc)
     for part in (p1, p2):
         size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
@@ -108,3 +109,16 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
     (out / "MANIFEST.sha256").write_text("".join(
         f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(out)}\n"
         for f in sorted(out.rglob("*")) if f.is_file() and f.name != "MANIFEST.sha256"))
+
+
+def session(root: Path, gpu: bool = False, log=print) -> None:
+    """``nox -s overlay``: overlays/vllm-VERSION from the work tree (with the
+    built module where there is one); ``gpu`` also packs the GPU machine's loads."""
+    tree = series.applied_tree(root)
+    pin = base.read_pin(root)
+    module = next((root / series.WORK / "build").glob("_sm7x_C*.so"), None)
+    build_overlay(tree, root / "overlays" / f"vllm-{pin.version}", module, log=log)
+    if gpu:
+        head = State.load(root).head or "?"
+        extra = ["csrc/sm7x", *series.test_files(root)]
+        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log)

@@ -4,8 +4,9 @@ The work tree's commits are replayed with ``git rebase --onto`` (a three-way
 merge per patch). A conflict stops the rebase where git stops it, and the
 toolkit prints the patch, the files and the commands to continue or abort.
 On success a markdown report under reports/ holds the ``git range-diff`` of
-the series before and after. The pin (and with it patches/) moves only with
-``--update-pin``.
+the series before and after. The pin (and with it patches/) moves with
+``--update-pin``, given with the target or alone after a finished rebase onto
+a release; a fork's ref never becomes the pin.
 """
 
 from __future__ import annotations
@@ -14,19 +15,17 @@ import re
 import time
 from pathlib import Path
 
-from serieskit import base as b
-from serieskit import git as g
-from serieskit import series as s
-from serieskit.errors import ToolkitError
+from serieskit import base, git, safety, series
+from serieskit.errors import ToolkitError, last_line
+from serieskit.state import RebaseState, State
 
 REPORTS = "reports"
-OLD_HEAD = "refs/series/rebase/old-head"
 
 
 def parse_target(target: str) -> tuple[str, str | None, str | None]:
     """``vllm==X.Y.Z`` -> ("pypi", version, None); ``REPO@REF`` -> ("git", repo, ref)."""
     if m := re.fullmatch(r"vllm==(\S+)", target):
-        b.check_version(m.group(1))
+        base.check_version(m.group(1))
         return "pypi", m.group(1), None
     if "@" in target:
         repo, ref = target.rsplit("@", 1)
@@ -40,128 +39,176 @@ def parse_target(target: str) -> tuple[str, str | None, str | None]:
 
 def start(root: Path, target: str, update_pin: bool = False, force: bool = False,
           log=print) -> Path | None:
-    g.require_version()
-    repo = s.work_repo(root)
-    state = s.State.load(root)
-    if state.rebase:
+    git.require_version()
+    repo = series.work_repo(root)
+    state = State.load(root)
+    if state.rebase_stopped:
         raise ToolkitError("a rebase is already stopped at a conflict: "
                            "`nox -s rebase -- --continue` or `--abort`")
-    if not g.is_repo(repo) or not state.base or state.in_progress or state.failed:
+    if not git.is_repo(repo) or not state.complete:
         raise ToolkitError("the work tree is not a complete series: run `nox -s apply` first")
+    if op := git.operation_in_progress(repo):
+        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
+    if git.branch(repo) != series.BRANCH:
+        raise ToolkitError(f"HEAD is not on the branch `{series.BRANCH}` in {repo}: "
+                           f"`git -C {repo} checkout {series.BRANCH}` first")
     kind, what, ref = parse_target(target)
     if update_pin and kind != "pypi":
-        raise ToolkitError("--update-pin needs a PyPI release target (vllm==VERSION)")
-    if force:
-        s.save_unsaved(repo, state, log)
-    else:
-        s.refuse_if_unsaved(repo, state, "rebase")
+        raise ToolkitError("--update-pin needs a PyPI release target (vllm==VERSION): "
+                           "a fork's ref is not a pin")
+    safety.guard(root, repo, state, "rebase", force, log)
+    assert state.base and state.base_label and what
     if kind == "pypi":
-        assert what is not None
-        onto, sha = b.ensure_base(repo, what, None, log=log)
-        label = what
+        onto, sha = base.ensure_base(repo, what, None, log=log)
+        version, label = what, what
     else:
-        assert what is not None and ref is not None
-        onto, sha, label = _fetch_git(repo, what, ref, log), "", f"{what}@{ref}"
-    old_head = g.rev(repo, "HEAD")
+        assert ref is not None
+        onto, sha, version, label = _fetch_git(repo, what, ref, log), "", None, f"{what}@{ref}"
+    old_head = git.rev(repo, "HEAD")
     assert old_head
-    g.git(repo, "update-ref", OLD_HEAD, old_head)
-    state.rebase = {
-        "target": label, "onto": onto, "sha256": sha, "old_base": state.base,
-        "old_label": state.base_label, "old_head": old_head, "update_pin": update_pin,
-        "version": what if kind == "pypi" else None,
-    }
+    state.rebase = RebaseState(target=label, onto=onto, old_base=state.base,
+                               old_label=state.base_label, old_head=old_head,
+                               version=version, sha256=sha, update_pin=update_pin)
     state.save(root)
-    n = len(g.commits(repo, f"{state.base}..HEAD"))
+    n = len(git.commits(repo, f"{state.base}..HEAD"))
     log(f"rebase: {n} patch(es) from vLLM {state.base_label} onto {label} ({onto[:12]})")
-    proc = g.run(repo, "rebase", "--committer-date-is-author-date", "--no-autosquash",
-                 "--onto", onto, state.base, s.BRANCH)
+    proc = git.run(repo, "rebase", "--committer-date-is-author-date", "--no-autosquash",
+                   "--onto", onto, state.base, series.BRANCH)
     return _after_git(root, proc, log)
 
 
 def cont(root: Path, log=print) -> Path | None:
-    repo = s.work_repo(root)
-    state = s.State.load(root)
-    if not state.rebase:
-        raise ToolkitError("no rebase is in progress")
-    if g.operation_in_progress(repo) != "rebase":
+    repo = series.work_repo(root)
+    state = State.load(root)
+    if not state.rebase_stopped:
+        raise ToolkitError("no rebase is stopped: nothing to continue")
+    if git.operation_in_progress(repo) != "rebase":
         return _finish(root, log)
-    unresolved = g.git(repo, "diff", "--name-only", "--diff-filter=U").split()
+    unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
         raise ToolkitError(f"unresolved conflicts remain in {', '.join(unresolved)}: "
                            f"edit them, `git -C {repo} add` them, then continue")
-    proc = g.run(repo, "rebase", "--continue")
+    stopped = progress(repo)
+    if stopped and state.rebase:
+        state.rebase.resolved.append(stopped[2])
+        state.save(root)
+    proc = git.run(repo, "rebase", "--continue")
     return _after_git(root, proc, log)
 
 
 def abort(root: Path, log=print) -> None:
-    repo = s.work_repo(root)
-    state = s.State.load(root)
-    if not state.rebase:
-        raise ToolkitError("no rebase is in progress")
-    if g.operation_in_progress(repo) == "rebase":
-        g.git(repo, "rebase", "--abort")
-    old = state.rebase["old_head"]
-    if g.rev(repo, "HEAD") != old:
-        g.git(repo, "checkout", "-q", "-B", s.BRANCH, old)
-    state.rebase = {}
+    """Back to where the rebase started; commits it already made (resolutions
+    included) are kept under a backup ref."""
+    repo = series.work_repo(root)
+    state = State.load(root)
+    if not state.rebase_stopped or state.rebase is None:
+        raise ToolkitError("no rebase is stopped: nothing to abort")
+    rb = state.rebase
+    head = git.rev(repo, "HEAD")
+    if head and head != rb.onto and git.git(
+            repo, "rev-list", "--count", f"{rb.onto}..{head}").strip() != "0":
+        ref = safety.backup_ref(repo, head, "rebase-progress")
+        log(f"rebase: the patches already moved onto {rb.target} are kept as {ref}")
+    if git.operation_in_progress(repo) == "rebase":
+        git.git(repo, "rebase", "--abort")
+    if git.rev(repo, "HEAD") != rb.old_head:
+        git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
+    state.rebase = None
     state.save(root)
-    log(f"rebase: aborted; the work tree is back at {old[:12]} on vLLM {state.base_label}")
+    log(f"rebase: aborted; the work tree is back at {rb.old_head[:12]} on "
+        f"vLLM {state.base_label}")
+
+
+def update_pin(root: Path, log=print) -> None:
+    """After a finished rebase onto a release: move the pin there and export."""
+    state = State.load(root)
+    rb = state.rebase
+    if rb is None or not rb.done:
+        raise ToolkitError("no finished rebase to take into the pin: "
+                           "`nox -s rebase -- vllm==VERSION --update-pin` does both")
+    if not rb.is_release:
+        raise ToolkitError(f"the series is rebased onto {rb.target}, a fork's ref: the pin "
+                           "names a PyPI release; `nox -s apply -- --force` goes back to it")
+    assert rb.version
+    sha = rb.sha256 or base.recorded_sha256(series.work_repo(root), rb.onto) or ""
+    old = base.read_pin(root)
+    base.write_pin(root, base.Pin(rb.version, sha, rb.onto))
+    state.rebase = None
+    state.fingerprint = None  # patches/ are about to be written from the tree
+    state.save(root)
+    log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
+    series.export(root, force=True, log=log)
 
 
 def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
     local = Path(url).expanduser()
+    if url.startswith(("/", ".", "~")) and not local.exists():
+        raise ToolkitError(f"no repository at {url}: give an existing path or a URL")
     source = str(local.resolve()) if local.exists() else url
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{source}@{ref}").strip("_")[-120:]
     dest = f"refs/series/base/git/{safe}"
     log(f"rebase: fetching {ref} from {source}")
-    proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}",
-                 isolated=False)
+    proc = git.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}",
+                   isolated=False)
     if proc.returncode != 0:
         # A commit id is not a ref name: fetch it, then point our ref at it.
-        proc = g.run(repo, "fetch", "--no-tags", "--quiet", source, ref, isolated=False)
+        proc = git.run(repo, "fetch", "--no-tags", "--quiet", source, ref, isolated=False)
         if proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise ToolkitError(f"cannot fetch {ref} from {source}: {err[-1] if err else 'git fetch failed'}")
-        g.git(repo, "update-ref", dest, "FETCH_HEAD")
-    commit = g.rev(repo, dest)
+            reason = last_line(proc.stderr, "git fetch failed").removeprefix("fatal: ")
+            raise ToolkitError(f"cannot fetch {ref} from {source}: {reason}")
+        git.git(repo, "update-ref", dest, "FETCH_HEAD")
+    commit = git.rev(repo, dest)
     assert commit
     return commit
 
 
 def _after_git(root: Path, proc, log) -> Path | None:
-    repo = s.work_repo(root)
-    if proc.returncode == 0 and g.operation_in_progress(repo) is None:
+    repo = series.work_repo(root)
+    if proc.returncode == 0 and git.operation_in_progress(repo) is None:
         return _finish(root, log)
-    if g.operation_in_progress(repo) != "rebase":
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise ToolkitError(f"git rebase failed: {err[-1] if err else 'unknown error'}")
-    _report_conflict(root, log)
+    if git.operation_in_progress(repo) != "rebase":
+        raise ToolkitError(f"git rebase failed: {last_line(proc.stderr, 'unknown error')}")
+    for line in conflict_lines(root):
+        log(line)
     raise ToolkitError("rebase stopped at a conflict; nothing is lost (see above)")
 
 
-def _report_conflict(root: Path, log) -> None:
-    repo = s.work_repo(root)
-    state = s.State.load(root)
-    gitdir = Path(g.git(repo, "rev-parse", "--absolute-git-dir").strip())
-    merge = gitdir / "rebase-merge"
-    stopped = (merge / "stopped-sha").read_text().strip() if (merge / "stopped-sha").exists() else None
+def progress(repo: Path) -> tuple[int, int, str] | None:
+    """(patch number, of how many, its subject) where a rebase is stopped."""
+    merge = git.gitdir(repo) / "rebase-merge"
+    if not merge.exists():
+        return None
+    stopped_file = merge / "stopped-sha"
+    stopped = stopped_file.read_text().strip() if stopped_file.exists() else None
     done = _count_lines(merge / "done")
     total = done + _count_lines(merge / "git-rebase-todo")
-    subject = g.git(repo, "log", "-1", "--format=%s", stopped).strip() if stopped else "?"
+    subject = git.commit_subject(repo, stopped) if stopped else "?"
+    return done, total, subject
+
+
+def conflict_lines(root: Path) -> list[str]:
+    """Where a stopped rebase is, and the commands that go on from there."""
+    repo = series.work_repo(root)
+    state = State.load(root)
+    assert state.rebase
+    where = progress(repo)
+    done, total, subject = where or (0, 0, "?")
     patch = _patch_file(root, subject)
-    files = g.git(repo, "diff", "--name-only", "--diff-filter=U").split()
-    log(f"rebase: patch {done}/{total} does not apply cleanly on {state.rebase['target']}:")
-    log(f"  patch:  {subject}" + (f" (patches/{patch})" if patch else ""))
-    log("  files:  " + (", ".join(files) if files else "(none reported; see git status)"))
-    log("  to resolve: edit the files in "
-        f"{repo}, then `git -C {repo} add <files>` and `nox -s rebase -- --continue`")
-    log("  to give up: `nox -s rebase -- --abort` (the work tree returns to "
-        f"{state.rebase['old_head'][:12]}, nothing lost)")
+    files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
+    return [
+        f"rebase: onto {state.rebase.target}, stopped at patch {done}/{total}:",
+        f"  patch:  {subject}" + (f" (patches/{patch})" if patch else ""),
+        "  files:  " + (", ".join(files) if files else "(none unresolved; see git status)"),
+        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
+        "`nox -s rebase -- --continue`",
+        "  to give up: `nox -s rebase -- --abort` (back to "
+        f"{state.rebase.old_head[:12]}; patches already moved are kept under a backup ref)",
+    ]
 
 
 def _patch_file(root: Path, subject: str) -> str | None:
-    for name in s.read_series(root):
-        if s.subject_of(root / s.PATCHES / name) == subject:
+    for name in series.read_series(root):
+        if series.read_patch(root / series.PATCHES / name).subject == subject:
             return name
     return None
 
@@ -174,27 +221,28 @@ def _count_lines(path: Path) -> int:
 
 
 def _finish(root: Path, log) -> Path:
-    repo = s.work_repo(root)
-    state = s.State.load(root)
+    repo = series.work_repo(root)
+    state = State.load(root)
     rb = state.rebase
-    new_head = g.rev(repo, "HEAD")
+    assert rb
+    new_head = git.rev(repo, "HEAD")
     assert new_head
-    rd = g.git(repo, "range-diff", "--no-color",
-               f"{rb['old_base']}..{rb['old_head']}", f"{rb['onto']}..{new_head}")
+    rd = git.git(repo, "range-diff", "--no-color",
+                 f"{rb.old_base}..{rb.old_head}", f"{rb.onto}..{new_head}")
     counts = summarize(rd)
     report = write_report(root, rb, new_head, rd, counts)
-    state.base, state.base_label, state.head = rb["onto"], rb["target"], new_head
-    state.applied = state.total = len(g.commits(repo, f"{rb['onto']}..HEAD"))
-    state.rebase = {}
+    state.base, state.base_label, state.head = rb.onto, rb.target, new_head
+    state.applied = state.total = len(git.commits(repo, f"{rb.onto}..HEAD"))
+    rb.done = True
     state.fingerprint = None
     state.save(root)
     log(f"rebase: done, {format_counts(counts)}; report {report.relative_to(root)}")
-    if rb.get("update_pin"):
-        b.write_pin(root, b.Pin(rb["version"], rb["sha256"], rb["onto"]))
-        log(f"rebase: pin moved to vLLM {rb['version']}; exporting patches/")
-        s.export(root, log=log)
+    if rb.update_pin:
+        update_pin(root, log)
+    elif rb.is_release:
+        log("rebase: pin and patches/ unchanged; `nox -s rebase -- --update-pin` moves them")
     else:
-        log("rebase: pin and patches/ unchanged (`--update-pin` moves them)")
+        log(f"rebase: pin and patches/ stay on vLLM {rb.old_label} (a fork's ref is no pin)")
     return report
 
 
@@ -213,18 +261,20 @@ def format_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
-def write_report(root: Path, rb: dict, new_head: str, range_diff: str,
+def write_report(root: Path, rb: RebaseState, new_head: str, range_diff: str,
                  counts: dict[str, int]) -> Path:
     reports = root / REPORTS
     reports.mkdir(exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{rb['old_label']}-to-{rb['target']}")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{rb.old_label}-to-{rb.target}")
     path = reports / f"rebase-{slug}.md"
+    resolved = "".join(f"- {s}\n" for s in rb.resolved) or "- none\n"
     path.write_text(
-        f"# Rebase of the series: vLLM {rb['old_label']} -> {rb['target']}\n\n"
+        f"# Rebase of the series: vLLM {rb.old_label} -> {rb.target}\n\n"
         f"- date: {time.strftime('%Y-%m-%d', time.gmtime())}\n"
-        f"- before: base {rb['old_base'][:12]}, head {rb['old_head'][:12]}\n"
-        f"- after: base {rb['onto'][:12]}, head {new_head[:12]}\n"
+        f"- before: base {rb.old_base[:12]}, head {rb.old_head[:12]}\n"
+        f"- after: base {rb.onto[:12]}, head {new_head[:12]}\n"
         f"- patches: {format_counts(counts)}\n\n"
+        "Stops resolved by hand:\n\n" + resolved + "\n"
         "`git range-diff` of the series before and after (`=` unchanged, `!` changed,\n"
         "`<` only before, `>` only after):\n\n"
         "```diff\n" + range_diff.rstrip("\n") + "\n```\n"

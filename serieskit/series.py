@@ -2,15 +2,15 @@
 
 ``apply`` builds ``.work/vllm`` as the pinned base plus one commit per patch
 (``git am --3way``, author and dates from the patch, a fixed committer, so the
-same series gives the same commit ids everywhere). ``export`` writes the work
-tree's commits back as ``git format-patch`` files with every drifting detail
-(commit ids, git version, numbering) held fixed, so apply + export changes no
-byte. ``status`` says how the two relate.
+same series gives the same commit ids everywhere), and checks that each commit
+touches exactly the files its patch lists. ``export`` writes the work tree's
+commits back as ``git format-patch`` files with every drifting detail (commit
+ids, git version, numbering) held fixed, so apply + export changes no byte.
 
-What the toolkit last wrote is recorded in ``.work/state.json``; anything in
-the work tree beyond that (uncommitted changes, new commits) is the user's and
-is never discarded without ``--force``, and even then it is kept in a stash or
-a backup ref first.
+Both go through :mod:`serieskit.safety`: the user's work in the work tree is
+never discarded without ``--force``, and then it is kept first; export writes
+patches/ only from a complete series at the branch head, and keeps the
+previous version of every patch file it rewrites or removes.
 """
 
 from __future__ import annotations
@@ -20,29 +20,35 @@ import email.header
 import email.policy
 import hashlib
 import io
-import json
+import re
 import tarfile
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import base as b
-from serieskit import git as g
-from serieskit.errors import ToolkitError
+from serieskit import base, git, safety
+from serieskit.errors import ToolkitError, failed
+from serieskit.state import WORK, State
 
 PATCHES = "patches"
 SERIES = "series"
 MANIFEST = "manifest.toml"
-WORK = ".work"
-BRANCH = "series"
-BACKUP = "refs/series/backup"
+BRANCH = safety.BRANCH
+# The trailer that ties a commit to its manifest entry, whatever its subject.
+NAME_TRAILER = "Patch-Name"
 
+# Every flag that changes what format-patch writes, pinned (git's config is
+# isolated as well, see git.STABLE_CONFIG), so that apply + export is byte-stable.
 FORMAT_PATCH_ARGS = (
-    "format-patch", "--zero-commit", "--no-signature", "--full-index",
-    "--no-numbered", "--no-cover-letter", "--no-thread", "--no-attach",
-    "--no-color", "--stat=80", "--stat-graph-width=20",
+    "format-patch",
+    "--zero-commit",  # "From 000..." instead of the commit id, which differs per committer
+    "--no-signature",  # no "-- \n2.39.5": the git version would drift
+    "--full-index",  # full blob ids: `am --3way` finds the preimage on any base
+    "--no-numbered",  # "[PATCH]", not "[PATCH 3/6]": inserting a patch renames no other
+    "--no-cover-letter", "--no-thread", "--no-attach", "--no-color",
+    "--stat=80", "--stat-graph-width=20",  # the stat does not follow the terminal's width
 )
 
 
@@ -50,54 +56,34 @@ def work_repo(root: Path) -> Path:
     return root / WORK / "vllm"
 
 
-# --- state -----------------------------------------------------------------
-
-
-@dataclass
-class State:
-    base: str | None = None
-    base_label: str | None = None
-    head: str | None = None
-    fingerprint: str | None = None
-    total: int = 0
-    applied: int = 0
-    in_progress: str | None = None  # "apply" while an apply runs
-    failed: str | None = None  # the patch a failed apply stopped at
-    rebase: dict = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, root: Path) -> State:
-        path = root / WORK / "state.json"
-        if not path.exists():
-            return cls()
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            raise ToolkitError(f"{path} is corrupt: remove it and run `nox -s apply -- --force`") from None
-
-    def save(self, root: Path) -> None:
-        path = root / WORK / "state.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)  # atomic: a kill never leaves half a state file
+def applied_tree(root: Path) -> Path:
+    tree = work_repo(root)
+    if not git.is_repo(tree) or not State.load(root).base:
+        raise ToolkitError("no work tree: run `nox -s apply` first")
+    return tree
 
 
 # --- patches/ --------------------------------------------------------------
 
 
 def read_series(root: Path) -> list[str]:
-    """Patch file names in order, from patches/series."""
+    """Patch file names in order, from patches/series (checked: no duplicates,
+    every file present)."""
     path = root / PATCHES / SERIES
     if not path.exists():
-        return []
-    names = []
-    for line in path.read_text().splitlines():
+        raise ToolkitError(f"{path} is missing: it lists the patches in order "
+                           "(an empty file for an empty series)")
+    names: list[str] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
-        if line:
-            if not (root / PATCHES / line).is_file():
-                raise ToolkitError(f"patches/series names {line}, which does not exist")
-            names.append(line)
+        if not line:
+            continue
+        if line in names:
+            raise ToolkitError(f"patches/series names {line} twice (lines "
+                               f"{names.index(line) + 1}... and {n}): remove one")
+        if not (root / PATCHES / line).is_file():
+            raise ToolkitError(f"patches/series names {line}, which does not exist")
+        names.append(line)
     return names
 
 
@@ -111,28 +97,82 @@ def read_manifest(root: Path) -> list[dict]:
         raise ToolkitError(f"patches/{MANIFEST} is malformed: {e}") from None
 
 
-def manifest_problems(root: Path) -> list[str]:
-    """Disagreements between the series and its manifest."""
-    names = read_series(root)
-    entries = read_manifest(root)
-    listed = [e.get("file") for e in entries]
-    problems = [f"{n} has no entry in patches/{MANIFEST}" for n in names if n not in listed]
-    problems += [f"patches/{MANIFEST} lists {f}, which is not in the series"
-                 for f in listed if f not in names]
-    required = ("file", "seed", "summary", "config", "tests")
-    for e in entries:
-        missing = [k for k in required if k not in e]
-        if missing:
-            problems.append(f"patches/{MANIFEST} entry {e.get('file')} lacks {', '.join(missing)}")
-    return problems
+@dataclass(frozen=True)
+class PatchFile:
+    """What a format-patch file says about itself."""
+
+    subject: str
+    name: str | None  # its Patch-Name trailer
+    files: frozenset[str]  # every path its diffs touch
+    diffs: int  # `diff --git` sections
+    inserted: int
+    deleted: int
+    stat: tuple[int, int, int] | None  # files, insertions, deletions of its summary line
 
 
-def subject_of(patch: Path) -> str:
-    msg = email.message_from_bytes(patch.read_bytes(), policy=email.policy.compat32)
-    raw = msg.get("Subject", "")
-    text = str(email.header.make_header(email.header.decode_header(raw)))
-    text = " ".join(text.split())
-    return text[len("[PATCH] "):] if text.startswith("[PATCH] ") else text
+_STAT = re.compile(r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
+                   r"(?:, (\d+) deletions?\(-\))?$", re.M)
+
+
+def read_patch(path: Path) -> PatchFile:
+    raw = path.read_bytes()
+    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    subject = " ".join(str(email.header.make_header(
+        email.header.decode_header(msg.get("Subject", "")))).split())
+    subject = subject.removeprefix("[PATCH] ")
+    text = raw.decode(errors="replace")
+    head, _, body = text.partition("\ndiff --git ")
+    body = "diff --git " + body if body else ""
+    trailer = re.search(rf"^{NAME_TRAILER}: *(\S+) *$", head, re.M)
+    stat = _STAT.search(head)
+    files: set[str] = set()
+    diffs = inserted = deleted = 0
+    in_hunk = False
+    for line in body.splitlines():
+        if line.startswith("diff --git "):
+            diffs += 1
+            in_hunk = False
+            m = re.match(r"diff --git a/(\S+) b/(\S+)$", line)
+            if m:
+                files.update(m.groups())
+        elif line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            inserted += 1
+        elif in_hunk and line.startswith("-"):
+            deleted += 1
+    return PatchFile(
+        subject, trailer.group(1) if trailer else None, frozenset(files), diffs,
+        inserted, deleted,
+        tuple(int(g or 0) for g in stat.groups()) if stat else None,  # type: ignore[arg-type]
+    )
+
+
+def patch_problem(patch: PatchFile) -> str | None:
+    """Why a patch file is truncated or malformed, by its own summary line."""
+    if patch.diffs == 0:
+        return "it holds no diff"
+    if patch.stat is None:
+        return None  # written by hand, without a stat: git am is the judge
+    files, ins, dels = patch.stat
+    if patch.diffs != files:
+        return (f"its summary says {files} file(s) changed but it holds {patch.diffs} "
+                "diff(s): the file is truncated")
+    if (patch.inserted, patch.deleted) != (ins, dels):
+        return (f"its summary says +{ins} -{dels} lines but its hunks hold "
+                f"+{patch.inserted} -{patch.deleted}: the file is truncated or edited")
+    return None
+
+
+def check_patches(root: Path, names: list[str]) -> dict[str, PatchFile]:
+    """Read every patch file of the series; the first bad one is an error."""
+    patches = {}
+    for i, name in enumerate(names, 1):
+        patch = read_patch(root / PATCHES / name)
+        if problem := patch_problem(patch):
+            raise ToolkitError(f"patches/{name} ({i}/{len(names)}) is malformed: {problem}")
+        patches[name] = patch
+    return patches
 
 
 def fingerprint(root: Path, base_commit: str) -> str:
@@ -143,132 +183,68 @@ def fingerprint(root: Path, base_commit: str) -> str:
     return h.hexdigest()
 
 
-# --- safety ----------------------------------------------------------------
-
-
-def unsaved_work(repo: Path, state: State) -> tuple[list[str], list[tuple[str, str]]]:
-    """(uncommitted files, commits not written by the toolkit) in the work tree."""
-    if not g.is_repo(repo) or g.rev(repo, "HEAD") is None:
-        return [], []
-    dirty = g.dirty_files(repo)
-    known = state.head or state.base
-    if known and g.rev(repo, known):
-        extra = g.commits(repo, f"{known}..HEAD")
-    else:
-        extra = g.commits(repo, "HEAD") if not state.base else []
-    return dirty, extra
-
-
-def refuse_if_unsaved(repo: Path, state: State, action: str) -> None:
-    dirty, extra = unsaved_work(repo, state)
-    if not dirty and not extra:
-        return
-    lines = [f"{action}: the work tree {repo} holds work that is not in patches/:"]
-    for line in dirty[:10]:
-        lines.append(f"  uncommitted: {line[3:]}")
-    if len(dirty) > 10:
-        lines.append(f"  ... and {len(dirty) - 10} more uncommitted files")
-    for cid, subject in extra[:10]:
-        lines.append(f"  commit {cid[:12]} {subject}")
-    lines.append("Keep it: commit your changes and run `nox -s export` (writes them to "
-                 f"patches/), or `git -C {repo} stash -u`; or rerun with --force, "
-                 "which stashes changes and saves commits under "
-                 f"{BACKUP}/ before going on.")
-    raise ToolkitError("\n".join(lines))
-
-
-def save_unsaved(repo: Path, state: State, log=print, keep_head: bool = False) -> None:
-    """Under --force: stash changes and keep unexported commits under a ref."""
-    dirty, extra = unsaved_work(repo, state)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    if keep_head and not extra and g.rev(repo, "HEAD"):
-        extra = g.commits(repo, f"{state.base}..HEAD")
-    if extra:
-        ref = f"{BACKUP}/{stamp}"
-        g.git(repo, "update-ref", ref, "HEAD")
-        log(f"saved {len(extra)} unexported commit(s) as {ref}")
-    if dirty:
-        g.git(repo, "stash", "push", "--include-untracked", "-m",
-              f"vllm-series {stamp}: saved by --force",
-              env={"GIT_AUTHOR_NAME": g.COMMITTER[0], "GIT_AUTHOR_EMAIL": g.COMMITTER[1]})
-        log(f"stashed {len(dirty)} uncommitted file(s): `git -C {repo} stash list`")
-
-
 # --- apply -----------------------------------------------------------------
 
 
 def apply(root: Path, force: bool = False, log=print) -> State:
     """Make the work tree the pinned base plus the series; a no-op when current."""
-    g.require_version()
+    git.require_version()
     start = time.monotonic()
     repo = work_repo(root)
-    pin = b.read_pin(root)
+    pin = base.read_pin(root)
     names = read_series(root)
+    patches = check_patches(root, names)
     state = State.load(root)
-    b.ensure_repo(repo)
+    safety.guard_folder(root, repo, force, log)
+    base.ensure_repo(repo)
 
-    op = g.operation_in_progress(repo)
-    if op == "rebase" and state.rebase:
+    if state.rebase_stopped:
         raise ToolkitError("a rebase is stopped at a conflict: finish it with "
-                           "`nox -s rebase -- --continue` or `--abort`")
-    if state.in_progress or op == "am":
-        log(f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
-            "repairing")
-        if op == "am":
-            g.git(repo, "am", "--abort")
-        g.git(repo, "reset", "-q", "--hard")
-        state.in_progress = None
-        state.fingerprint = None  # whatever HEAD is now, it is not the series
-        # The commits an interrupted apply made are reproducible from patches/.
-        state.head = g.rev(repo, "HEAD")
-        state.save(root)
+                           "`nox -s rebase -- --continue` or give up with `--abort`")
+    op = git.operation_in_progress(repo)
+    if op == "am" and state.in_progress == "apply":
+        # Our own am, killed midway: git's abort restores HEAD and keeps
+        # changes to files the patch does not touch; the guard sees the rest.
+        git.git(repo, "am", "--abort")
     elif op is not None:
-        raise ToolkitError(f"a git {op} is in progress in {repo}: finish or abort it first")
+        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it, or "
+                           f"`git -C {repo} {op} --abort`, then run this again")
+    if state.in_progress:
+        log(f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
+            "applying again")
 
     moved = state.base is not None and pin.commit is not None and state.base != pin.commit
     if moved and not force:
         raise ToolkitError(
             f"the work tree holds the series rebased onto {state.base_label} (nox -s rebase), "
-            "not the pin's base: `nox -s rebase -- vllm==VERSION --update-pin` keeps it, "
+            "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
-            f"under {BACKUP}/")
-    if force:
-        save_unsaved(repo, state, log, keep_head=moved)
-    else:
-        refuse_if_unsaved(repo, state, "apply")
+            f"under {safety.BACKUP_REF}/")
+    safety.guard(root, repo, state, "apply", force, log)
+    if moved and (head := git.rev(repo, "HEAD")):
+        log(f"apply: kept the series rebased onto {state.base_label} as "
+            f"{safety.backup_ref(repo, head, 'rebased')}")
 
-    base_commit, _ = b.ensure_base(repo, pin.version, pin.sha256, pin.commit, log=log)
+    base_commit, _ = base.ensure_base(repo, pin.version, pin.sha256, pin.commit, log=log)
     fp = fingerprint(root, base_commit)
-    head = g.rev(repo, "HEAD")
+    head = git.rev(repo, "HEAD")
     if (fp == state.fingerprint and head == state.head and head is not None
-            and state.failed is None and not g.dirty_files(repo)):
+            and state.complete and git.branch(repo) == BRANCH and not git.dirty_files(repo)):
         log(f"apply: up to date, {len(names)} patch(es) on vLLM {pin.version} "
             f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)")
         return state
+    if not names:
+        log(f"apply: patches/series lists no patch: the work tree is vLLM {pin.version} alone")
 
     state = State(base=base_commit, base_label=pin.version, total=len(names),
                   in_progress="apply", head=base_commit)
     state.save(root)
-    g.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
+    git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     for i, name in enumerate(names, 1):
-        patch = root / PATCHES / name
-        log(f"apply {i}/{len(names)}: {subject_of(patch)}")
-        proc = g.run(repo, "am", "--3way", "--keep-non-patch",
-                     "--committer-date-is-author-date", "--no-gpg-sign", str(patch))
-        if proc.returncode != 0:
-            files = _conflicted(repo) or _am_failed_files(proc.stdout + proc.stderr)
-            g.run(repo, "am", "--abort")
-            state.in_progress = None
-            state.failed = name
-            state.head = g.rev(repo, "HEAD")
-            state.save(root)
-            where = f" (conflict in {', '.join(files)})" if files else ""
-            raise ToolkitError(
-                f"patch {name} ({i}/{len(names)}) does not apply{where}; the work tree "
-                f"holds patches 1-{i - 1} only"
-            )
+        log(f"apply {i}/{len(names)}: {patches[name].subject}")
+        _am(root, repo, state, name, i, len(names), patches[name])
         state.applied = i
-        state.head = g.rev(repo, "HEAD")
+        state.head = git.rev(repo, "HEAD")
         state.save(root)
     state.in_progress = None
     state.fingerprint = fp
@@ -278,8 +254,33 @@ def apply(root: Path, force: bool = False, log=print) -> State:
     return state
 
 
+def _am(root: Path, repo: Path, state: State, name: str, i: int, n: int,
+        patch: PatchFile) -> None:
+    """Commit one patch; check the commit touches exactly the patch's files."""
+    proc = git.run(repo, "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date",
+                   "--no-gpg-sign", str(root / PATCHES / name))
+    problem = None
+    if proc.returncode != 0:
+        files = _conflicted(repo) or _am_failed_files(proc.stdout + proc.stderr)
+        problem = "does not apply" + (f" (conflict in {', '.join(files)})" if files else "")
+        git.run(repo, "am", "--abort")
+    else:
+        touched = set(git.changed_files(repo, "HEAD"))
+        if touched != patch.files:
+            problem = ("applied, but its commit touches "
+                       f"{', '.join(sorted(touched ^ patch.files))} against what it lists")
+            git.git(repo, "reset", "-q", "--hard", "HEAD~1")  # our own commit, from the patch
+    if problem:
+        state.in_progress = None
+        state.failed = name
+        state.head = git.rev(repo, "HEAD")
+        state.save(root)
+        raise ToolkitError(f"patch {name} ({i}/{n}) {problem}; the work tree holds "
+                           f"patches 1-{i - 1} only")
+
+
 def _conflicted(repo: Path) -> list[str]:
-    out = g.git(repo, "diff", "--name-only", "--diff-filter=U", check=False)
+    out = git.git(repo, "diff", "--name-only", "--diff-filter=U", check=False)
     return out.split()
 
 
@@ -297,142 +298,150 @@ def _am_failed_files(output: bytes) -> list[str]:
 
 def format_patches(repo: Path, base_commit: str, out: Path) -> list[str]:
     """Write base..HEAD as byte-stable format-patch files; return their names."""
-    merges = g.git(repo, "rev-list", "--merges", f"{base_commit}..HEAD").split()
+    merges = git.git(repo, "rev-list", "--merges", f"{base_commit}..HEAD").split()
     if merges:
         raise ToolkitError(f"the work tree has merge commits ({merges[0][:12]}): "
                            "a series must be linear")
     out.mkdir(parents=True, exist_ok=True)
-    listed = g.git(repo, *FORMAT_PATCH_ARGS, "-o", str(out), f"{base_commit}..HEAD")
+    listed = git.git(repo, *FORMAT_PATCH_ARGS, "-o", str(out), f"{base_commit}..HEAD")
     return [Path(p).name for p in listed.split()]
 
 
-def export(root: Path, check: bool = False, log=print) -> list[str]:
+def require_exportable(root: Path, state: State, force: bool = False) -> Path:
+    """Refuse to write patches/ unless the work tree holds a complete, applied
+    series at the head of its branch, on the pin's base, made from the
+    patches/ that are there now."""
+    repo = work_repo(root)
+    if not git.is_repo(repo) or not state.base:
+        raise ToolkitError("no work tree: run `nox -s apply` first")
+    if state.rebase_stopped:
+        raise ToolkitError("a rebase is stopped at a conflict: finish it "
+                           "(`nox -s rebase -- --continue`) or `--abort` it first")
+    if op := git.operation_in_progress(repo):
+        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
+    if state.in_progress:
+        raise ToolkitError(f"an apply was interrupted at {state.applied}/{state.total}: "
+                           "the work tree is not the whole series; `nox -s apply` redoes it")
+    if state.failed:
+        raise ToolkitError(f"the last apply stopped at patches/{state.failed}: the work tree "
+                           f"holds {state.applied}/{state.total} patches, and export would "
+                           "drop the rest; fix the patch and `nox -s apply`")
+    pin = base.read_pin(root)
+    if state.base != pin.commit:
+        raise ToolkitError(
+            f"the work tree is on {state.base_label} ({state.base[:12]}), the pin on "
+            f"{pin.version}: export writes patches for the pin's base"
+            + (" (`nox -s rebase -- --update-pin` moves the pin)"
+               if state.rebase and state.rebase.is_release else ""))
+    if (on := git.branch(repo)) != BRANCH:
+        where = "detached" if on is None else f"on branch {on}"
+        raise ToolkitError(f"HEAD is {where} in {repo}: export writes the branch "
+                           f"`{BRANCH}`; `git -C {repo} checkout {BRANCH}` first")
+    if not force and state.fingerprint != fingerprint(root, state.base):
+        raise ToolkitError(
+            "patches/ changed since the work tree was made from it: `nox -s apply` takes "
+            "those changes (it keeps your work first), or `nox -s export -- --force` "
+            f"overwrites them (keeping the current files under {safety.BACKUP_DIR}/)")
+    return repo
+
+
+def export(root: Path, check: bool = False, force: bool = False, log=print) -> list[str]:
     """Regenerate patches/ from the work tree's commits; return changed names.
 
     With ``check`` nothing is written: the names that would change are returned.
     """
-    repo = work_repo(root)
     state = State.load(root)
-    if not g.is_repo(repo) or not state.base:
-        raise ToolkitError("no work tree: run `nox -s apply` first")
-    if state.rebase:
-        raise ToolkitError("a rebase is stopped at a conflict: finish it first")
-    op = g.operation_in_progress(repo)
-    if op:
-        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
-    pin = b.read_pin(root)
-    if state.base != pin.commit:
-        raise ToolkitError(
-            f"the work tree is on base {state.base_label} ({state.base[:12]}), "
-            f"the pin on {pin.version}: export would write patches for another base "
-            "(`nox -s rebase -- --update-pin` moves the pin)")
-    dirty = g.dirty_files(repo)
+    repo = require_exportable(root, state, force=force or check)
+    assert state.base
+    dirty = git.dirty_files(repo)
     if dirty:
         log(f"export: {len(dirty)} uncommitted file(s) in the work tree are not exported")
     old = read_series(root)
+    pdir = root / PATCHES
     with tempfile.TemporaryDirectory() as tmp:
         names = format_patches(repo, state.base, Path(tmp))
-        changed = []
-        pdir = root / PATCHES
-        pdir.mkdir(exist_ok=True)
-        for name in names:
-            new = (Path(tmp) / name).read_bytes()
-            dest = pdir / name
-            if not dest.exists() or dest.read_bytes() != new:
-                if not check:
-                    dest.write_bytes(new)
-                changed.append(name)
+        new = {name: (Path(tmp) / name).read_bytes() for name in names}
+    check_manifest(root, repo, state.base, names)
+    changed = [n for n in names if not (pdir / n).exists() or (pdir / n).read_bytes() != new[n]]
     removed = [n for n in old if n not in names]
-    if check:
-        drift = changed + removed + ([] if old == names else ["series"])
-        log(f"export --check: {'patches/ matches the work tree' if not drift else 'differs: ' + ', '.join(drift)}")
-        return drift
-    for name in removed:
-        (root / PATCHES / name).unlink()
     series_text = "".join(n + "\n" for n in names)
-    series_path = root / PATCHES / SERIES
-    if not series_path.exists() or series_path.read_text() != series_text:
+    series_path = pdir / SERIES
+    series_changed = series_path.read_text() != series_text
+    if check:
+        drift = changed + removed + (["series"] if series_changed else [])
+        log("export --check: " + ("patches/ matches the work tree" if not drift
+                                  else "differs: " + ", ".join(drift)))
+        return drift
+    kept = safety.keep_files(root, [pdir / n for n in changed + removed]
+                             + ([series_path] if series_changed else []), "export")
+    for name in changed:
+        (pdir / name).write_bytes(new[name])
+    for name in removed:
+        (pdir / name).unlink()
+    if series_changed:
         series_path.write_text(series_text)
-    state.head = g.rev(repo, "HEAD")
+    state.head = git.rev(repo, "HEAD")
     state.fingerprint = fingerprint(root, state.base)
     state.total = state.applied = len(names)
-    state.failed = None
     state.save(root)
     log(f"export: {len(names)} patch(es); {len(changed)} written, {len(removed)} removed")
     for name in changed:
         log(f"  wrote patches/{name}")
     for name in removed:
         log(f"  removed patches/{name}")
-    for problem in manifest_problems(root):
-        log(f"  note: {problem}")
+    if kept:
+        log(f"export: the previous versions are kept in {kept}")
     return changed
 
 
-# --- status ----------------------------------------------------------------
+# --- manifest --------------------------------------------------------------
+
+REQUIRED = ("name", "seed", "summary", "config", "tests")
 
 
-def status(root: Path, log=print) -> dict:
-    """Print and return how the work tree relates to the pin and patches/."""
-    pin = b.read_pin(root)
-    repo = work_repo(root)
-    state = State.load(root)
-    names = read_series(root)
-    info: dict = {"pin": pin.version, "patches": names}
-    log(f"pin:       vLLM {pin.version} (sdist sha256 {pin.sha256[:16]}..., "
-        f"base commit {(pin.commit or '?')[:12]})")
-    if not g.is_repo(repo) or not state.base:
-        log(f"work tree: none ({repo} not made yet: `nox -s apply`)")
-        info["work_tree"] = None
-        return info
-    head = g.rev(repo, "HEAD")
-    info.update(base=state.base, head=head)
-    on = "the pin's base" if state.base == pin.commit else f"vLLM {state.base_label}"
-    log(f"work tree: {repo} on {on} ({state.base[:12]}), HEAD {(head or '?')[:12]}")
-    if state.in_progress:
-        log(f"  an apply was interrupted at {state.applied}/{state.total}: "
-            "run `nox -s apply` to repair")
-    if state.failed:
-        log(f"  the last apply stopped at {state.failed}: the work tree holds "
-            f"{state.applied}/{state.total} patches")
-    if state.rebase:
-        log(f"  a rebase onto {state.rebase.get('target')} is stopped at a conflict: "
-            "`nox -s rebase -- --continue` or `--abort`")
-    commits = g.commits(repo, f"{state.base}..HEAD") if head else []
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            exported = format_patches(repo, state.base, Path(tmp)) if commits else []
-        except ToolkitError:
-            exported = []
-        log(f"applied:   {len(commits)} commit(s)")
-        differ = []
-        for i, (cid, subject) in enumerate(commits):
-            name = exported[i] if i < len(exported) else None
-            mine = (Path(tmp) / name).read_bytes() if name else None
-            if name in names and mine == (root / PATCHES / name).read_bytes():
-                mark = "="
-            else:
-                mark = "M" if name in names else "+"
-                differ.append(name or cid)
-            log(f"  {mark} {cid[:12]} {subject}")
-        missing = [n for n in names if n not in exported]
-        for n in missing:
-            log(f"  - patches/{n} is not in the work tree")
-    info["differ"] = differ + missing
-    if differ or missing:
-        log("patches:   differ from the work tree (= same, M changed, + not in "
-            "patches/, - not applied): `nox -s export` writes the work tree, "
-            "`nox -s apply` the patches")
-    else:
-        log("patches:   the work tree matches patches/")
-    dirty = g.dirty_files(repo)
-    info["uncommitted"] = dirty
-    if dirty:
-        log(f"uncommitted: {len(dirty)} file(s)")
-        for line in dirty[:20]:
-            log(f"  {line}")
-    else:
-        log("uncommitted: none")
-    return info
+def check_manifest(root: Path, repo: Path, base_commit: str, names: list[str]) -> None:
+    """Each commit names its manifest entry with a Patch-Name trailer; a
+    commit without one, an entry without a commit, or an entry lacking a
+    key fails (nothing is written). No manifest, no check."""
+    entries = read_manifest(root)
+    if not entries and not (root / PATCHES / MANIFEST).exists():
+        return
+    problems = [f"patches/{MANIFEST} entry {e.get('name', e.get('file'))} lacks "
+                f"{', '.join(k for k in REQUIRED if k not in e)}"
+                for e in entries if any(k not in e for k in REQUIRED)]
+    listed = [e.get("name") for e in entries]
+    trailers = commit_names(repo, base_commit)
+    for (cid, subject, name), file in zip(trailers, names):
+        if name is None:
+            problems.append(f"commit {cid[:12]} \"{subject}\" has no {NAME_TRAILER}: trailer "
+                            f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "
+                            f"[[patch]] entry with name = \"NAME\" in patches/{MANIFEST})")
+        elif name not in listed:
+            problems.append(f"commit {cid[:12]} \"{subject}\" is {NAME_TRAILER}: {name}, "
+                            f"which patches/{MANIFEST} has no entry for")
+    have = {name for _, _, name in trailers}
+    problems += [f"patches/{MANIFEST} has an entry {n} that no commit names: remove it, or "
+                 f"restore the commit's {NAME_TRAILER}: trailer"
+                 for n in listed if n not in have]
+    if problems:
+        raise ToolkitError("the manifest does not match the series (nothing written):\n"
+                           + "\n".join(f"  {p}" for p in problems))
+
+
+def commit_names(repo: Path, base_commit: str) -> list[tuple[str, str, str | None]]:
+    """(id, subject, Patch-Name trailer) of each commit of the series."""
+    fmt = f"%H%x00%s%x00%(trailers:key={NAME_TRAILER},valueonly,separator=%x01)%x00"
+    out = git.git(repo, "log", "--reverse", f"--format={fmt}", f"{base_commit}..HEAD")
+    rows = []
+    fields = out.split("\0")
+    for i in range(0, len(fields) - 3, 3):
+        cid, subject, name = (f.strip() for f in fields[i:i + 3])
+        rows.append((cid, subject, name.split("\x01")[0].strip() or None))
+    return rows
+
+
+def manifest_entry(root: Path, name: str) -> dict | None:
+    return next((e for e in read_manifest(root) if e.get("name") == name), None)
 
 
 def test_files(root: Path) -> list[str]:
@@ -449,7 +458,7 @@ def layering_acknowledged(root: Path) -> dict[str, str]:
     declared: dict[str, str] = {}
     for entry in read_manifest(root):
         for path, why in entry.get("layering", {}).items():
-            declared[path] = f"{entry['file']}: {why}"
+            declared[path] = f"{entry.get('name')}: {why}"
     return declared
 
 
@@ -463,8 +472,8 @@ def test_requirements(root: Path) -> list[str]:
 
 def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:
     """Write ``paths`` of ``commit`` into ``dest`` without touching the work tree."""
-    archive = g.run(repo, "archive", "--format=tar", commit, *paths)
+    archive = git.run(repo, "archive", "--format=tar", commit, *paths)
     if archive.returncode != 0:
-        raise ToolkitError(f"git archive of {commit[:12]} failed")
+        raise failed(f"git archive of {commit[:12]}", archive)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import base as b
-from serieskit import git as g
+from serieskit import base
+from serieskit import git
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 def add_release(cache: Path, version: str, files: dict[str, str]) -> str:
     """Put a synthetic sdist in the cache (as if downloaded); return its sha256."""
     path = make_sdist(cache / f"vllm-{version}.tar.gz", version, files)
-    digest = b.sha256_of(path)
+    digest = base.sha256_of(path)
     path.with_suffix(".sha256").write_text(digest + "\n")
     return digest
 
@@ -70,9 +70,9 @@ def root(tmp_path, cache) -> Path:
     (r / "patches" / "series").write_text("")
     sha = add_release(cache, "0.0.1", BASE_FILES)
     scratch = tmp_path / "scratch"
-    b.ensure_repo(scratch)
-    commit = b.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=lambda *a: None)
-    b.write_pin(r, b.Pin("0.0.1", sha, commit))
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=lambda *a: None)
+    base.write_pin(r, base.Pin("0.0.1", sha, commit))
     shutil.rmtree(scratch)
     return r
 
@@ -89,7 +89,7 @@ def commit_file(repo: Path, path: str, text: str, subject: str,
     subprocess.run(["git", "-C", str(repo), "add", path], check=True, env=env)
     subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", subject,
                     "-m", "Why: because the test says so."], check=True, env=env)
-    return g.rev(repo, "HEAD") or ""
+    return git.rev(repo, "HEAD") or ""
 
 
 def quiet(*_args) -> None:

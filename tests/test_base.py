@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import BASE_FILES, add_release, make_sdist, quiet
-from serieskit import base as b
-from serieskit import git as g
+from serieskit import base
+from serieskit import git
 from serieskit.errors import ToolkitError
 
 
@@ -18,40 +18,40 @@ def test_import_is_reproducible_and_complete(tmp_path, cache, monkeypatch):
         monkeypatch.setenv("GIT_AUTHOR_NAME", user)  # must not leak into the base
         monkeypatch.setenv("GIT_COMMITTER_DATE", f"{1600000000 + i} +0200")
         repo = tmp_path / f"r{i}"
-        b.ensure_repo(repo)
-        ids.append(b.import_sdist(repo, sdist, "0.0.1", sha, log=quiet))
+        base.ensure_repo(repo)
+        ids.append(base.import_sdist(repo, sdist, "0.0.1", sha, log=quiet))
     assert ids[0] == ids[1]
-    listing = g.git(tmp_path / "r0", "ls-tree", "-r", ids[0])
+    listing = git.git(tmp_path / "r0", "ls-tree", "-r", ids[0])
     modes = {line.split("\t")[1]: line.split()[0] for line in listing.splitlines()}
     # Every file of the sdist, those its own .gitignore names included, nothing added.
     assert set(modes) == set(BASE_FILES) | {"vllm/link.py"}
     assert modes["tools/run.sh"] == "100755"
     assert modes["setup.py"] == "100644"
     assert modes["vllm/link.py"] == "120000"
-    msg = g.git(tmp_path / "r0", "log", "-1", "--format=%an %ad %s", "--date=raw", ids[0])
-    assert msg.strip() == f"{g.COMMITTER[0]} 946684800 +0000 vLLM 0.0.1"
+    msg = git.git(tmp_path / "r0", "log", "-1", "--format=%an %ad %s", "--date=raw", ids[0])
+    assert msg.strip() == f"{git.COMMITTER[0]} 946684800 +0000 vLLM 0.0.1"
 
 
 def test_other_content_gives_other_id(tmp_path, cache):
     sha1 = add_release(cache, "0.0.1", BASE_FILES)
     sha2 = add_release(cache, "0.0.2", {**BASE_FILES, "setup.py": "changed\n"})
     repo = tmp_path / "r"
-    b.ensure_repo(repo)
-    one = b.import_sdist(repo, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha1, log=quiet)
-    two = b.import_sdist(repo, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha2, log=quiet)
+    base.ensure_repo(repo)
+    one = base.import_sdist(repo, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha1, log=quiet)
+    two = base.import_sdist(repo, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha2, log=quiet)
     assert one != two
 
 
 def test_ensure_base_checks_the_pinned_commit(tmp_path, cache):
     sha = add_release(cache, "0.0.1", BASE_FILES)
     with pytest.raises(ToolkitError, match="the pin says 000000000000"):
-        b.ensure_base(tmp_path / "r", "0.0.1", sha, "0" * 40, log=quiet)
+        base.ensure_base(tmp_path / "r", "0.0.1", sha, "0" * 40, log=quiet)
 
 
 def test_cached_sdist_is_reused_without_download(cache, monkeypatch):
     sha = add_release(cache, "0.0.1", BASE_FILES)
-    monkeypatch.setattr(b, "_download", lambda *a: pytest.fail("downloaded again"))
-    path, digest = b.fetch_sdist("0.0.1", sha)
+    monkeypatch.setattr(base, "_download", lambda *a: pytest.fail("downloaded again"))
+    path, digest = base.fetch_sdist("0.0.1", sha)
     assert digest == sha and path.exists()
 
 
@@ -59,9 +59,9 @@ def test_checksum_mismatch_is_an_error_and_leaves_nothing(tmp_path, cache, monke
     def fake_download(name, version, dest):
         make_sdist(dest, version, {"x": "tampered"})
         return {"sha256": "f" * 64}
-    monkeypatch.setattr(b, "_download", fake_download)
+    monkeypatch.setattr(base, "_download", fake_download)
     with pytest.raises(ToolkitError, match="sha256 mismatch for vllm-0.0.9.tar.gz: the pin"):
-        b.fetch_sdist("0.0.9", "a" * 64)
+        base.fetch_sdist("0.0.9", "a" * 64)
     assert list(cache.glob("vllm-0.0.9*")) == []
 
 
@@ -75,8 +75,8 @@ def test_corrupt_cache_is_downloaded_again(cache, monkeypatch):
         calls.append(name)
         dest.write_bytes(good)
         return {"sha256": sha}
-    monkeypatch.setattr(b, "_download", fake_download)
-    _, digest = b.fetch_sdist("0.0.1", sha, log=quiet)
+    monkeypatch.setattr(base, "_download", fake_download)
+    _, digest = base.fetch_sdist("0.0.1", sha, log=quiet)
     assert calls == ["vllm-0.0.1.tar.gz"] and digest == sha
 
 
@@ -84,33 +84,36 @@ def test_index_without_hash_is_refused(cache, monkeypatch):
     def fake_download(name, version, dest):
         dest.write_bytes(b"x")
         return {"sha256": None}
-    monkeypatch.setattr(b, "_download", fake_download)
+    monkeypatch.setattr(base, "_download", fake_download)
     with pytest.raises(ToolkitError, match="gives no sha256"):
-        b.fetch_sdist("0.0.8")
+        base.fetch_sdist("0.0.8")
 
 
 @pytest.mark.parametrize("bad", ["latest", "0.26.0; rm -rf /", "../0.1"])
 def test_bad_version_is_refused(bad):
     with pytest.raises(ToolkitError, match="not a vLLM release version"):
-        b.check_version(bad)
+        base.check_version(bad)
 
 
 def test_pin_round_trip_and_errors(tmp_path):
-    pin = b.Pin("0.26.0", "ab" * 32, "cd" * 20)
-    b.write_pin(tmp_path, pin)
-    assert b.read_pin(tmp_path) == pin
-    (tmp_path / "pin.toml").write_text("[base]\nversion = 1\n")
-    with pytest.raises(ToolkitError, match="malformed"):
-        b.read_pin(tmp_path)
+    pin = base.Pin("0.26.0", "ab" * 32, "cd" * 20)
+    base.write_pin(tmp_path, pin)
+    assert base.read_pin(tmp_path) == pin
+    for text, why in [("[base]\nversion = 1\n", "base.version must be"),
+                      (f'[base]\nversion = "0.26.0"\nsha256 = "{"ab" * 31}"\n', "64 hex digits"),
+                      ("[base\n", "not valid TOML"), ("x = 1\n", "no \\[base\\] table")]:
+        (tmp_path / "pin.toml").write_text(text)
+        with pytest.raises(ToolkitError, match=why):
+            base.read_pin(tmp_path)
     with pytest.raises(ToolkitError, match="no pin file"):
-        b.read_pin(tmp_path / "nowhere")
+        base.read_pin(tmp_path / "nowhere")
 
 
 def test_git_missing_or_too_old(monkeypatch):
-    monkeypatch.setattr(g.shutil, "which", lambda name: None)
+    monkeypatch.setattr(git.shutil, "which", lambda name: None)
     with pytest.raises(ToolkitError, match="git is not installed"):
-        g.require_version()
+        git.require_version()
     monkeypatch.undo()
-    monkeypatch.setattr(g, "version", lambda: (2, 17))
+    monkeypatch.setattr(git, "version", lambda: (2, 17))
     with pytest.raises(ToolkitError, match="git 2.17 is too old"):
-        g.require_version()
+        git.require_version()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import layering as L
+from serieskit import layering
 from serieskit.errors import ToolkitError
 
 SCRIPT = Path(__file__).resolve().parent / "fixtures" / "tools" / "check_layering.py"
@@ -77,7 +77,7 @@ def base(tmp_path) -> Path:
 
 
 def test_counts_follow_the_documented_rules(base):
-    counts = L.counts(base, SCRIPT)
+    counts = layering.counts(base, SCRIPT)
     assert counts == {
         "vllm/config/speculative.py": {"model": 12, "platform": 0},
         "vllm/layers/runner.py": {"model": 0, "platform": 7},
@@ -89,7 +89,7 @@ def test_counts_follow_the_documented_rules(base):
 def test_unchanged_tree_passes(base, tmp_path):
     head = tmp_path / "head"
     shutil.copytree(base, head)
-    increases, lines = L.check(base, head, SCRIPT)
+    increases, lines = layering.check(base, head, SCRIPT)
     assert increases == [] and lines == []
 
 
@@ -100,10 +100,10 @@ def test_raised_count_fails_naming_file_and_counts(base, tmp_path):
     extra = "def g():\n    return current_platform.is_device_capability(75)\n"
     runner.write_text(runner.read_text() + extra)
     (head / "vllm/layers/clean.py").write_text('A = "LlamaForCausalLM"\n')
-    increases, lines = L.check(base, head, SCRIPT)
+    increases, lines = layering.check(base, head, SCRIPT)
     assert increases == [
-        L.Change("vllm/layers/clean.py", "model", 0, 1),
-        L.Change("vllm/layers/runner.py", "platform", 7, 8),
+        layering.Change("vllm/layers/clean.py", "model", 0, 1),
+        layering.Change("vllm/layers/runner.py", "platform", 7, 8),
     ]
     assert lines == [
         "vllm/layers/clean.py (model coupling 0 -> 1)",
@@ -115,10 +115,10 @@ def test_decrease_passes(base, tmp_path):
     head = tmp_path / "head"
     shutil.copytree(base, head)
     (head / "vllm/layers/runner.py").write_text("def f(x):\n    return x\n")
-    increases, lines = L.check(base, head, SCRIPT)
+    increases, lines = layering.check(base, head, SCRIPT)
     assert increases == [] and lines == []
-    changes = L.compare(L.counts(base, SCRIPT), L.counts(head, SCRIPT))
-    assert changes == [L.Change("vllm/layers/runner.py", "platform", 7, 0)]
+    changes = layering.compare(layering.counts(base, SCRIPT), layering.counts(head, SCRIPT))
+    assert changes == [layering.Change("vllm/layers/runner.py", "platform", 7, 0)]
     assert not changes[0].increase
 
 
@@ -138,8 +138,8 @@ def test_base_reports_the_same(base, tmp_path):
     ref, head = _ref_and_head(base, tmp_path)
     spec = head / "vllm/config/speculative.py"
     spec.write_text(spec.read_text() + "B = ['LlamaForCausalLM', 'MiMoForCausalLM']\n")
-    increases, lines = L.check(base, head, SCRIPT, ref_root=ref)
-    assert increases == [L.Change("vllm/config/speculative.py", "model", 12, 14)]
+    increases, lines = layering.check(base, head, SCRIPT, ref_root=ref)
+    assert increases == [layering.Change("vllm/config/speculative.py", "model", 12, 14)]
     assert lines == [
         "vllm/config/speculative.py (model coupling 12 -> 14)",
         "vllm/layers/runner.py (platform coupling 0 -> 7); base reports the same",
@@ -150,23 +150,23 @@ def test_raised_beyond_the_base_shows_the_base_figure(base, tmp_path):
     ref, head = _ref_and_head(base, tmp_path)
     runner = head / "vllm/layers/runner.py"
     runner.write_text(runner.read_text() + "def g(t):\n    return t.cuda()\n")
-    increases, lines = L.check(base, head, SCRIPT, ref_root=ref)
-    assert increases == [L.Change("vllm/layers/runner.py", "platform", 7, 8)]
+    increases, lines = layering.check(base, head, SCRIPT, ref_root=ref)
+    assert increases == [layering.Change("vllm/layers/runner.py", "platform", 7, 8)]
     assert lines == ["vllm/layers/runner.py (platform coupling 0 -> 8); base reports 0 -> 7"]
 
 
 def test_format():
-    assert L.format(L.Change("vllm/config/speculative.py", "model", 142, 144)) == (
+    assert layering.format(layering.Change("vllm/config/speculative.py", "model", 142, 144)) == (
         "vllm/config/speculative.py (model coupling 142 -> 144)"
     )
 
 
 def test_missing_script_and_broken_tree(base, tmp_path):
     with pytest.raises(ToolkitError, match="no layering check"):
-        L.counts(base, tmp_path / "nope.py")
+        layering.counts(base, tmp_path / "nope.py")
     (base / "vllm/broken.py").write_text("def (:\n")
     with pytest.raises(ToolkitError, match="check_layering.py failed"):
-        L.counts(base, SCRIPT)
+        layering.counts(base, SCRIPT)
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -221,14 +221,14 @@ def test_check_series_on_a_fork_base(tmp_path):
     use = "from vllm.platforms import current_platform\n\nX = current_platform.is_cuda()\n"
     upstream = commit_file(repo, "vllm/a.py", "A = 1\n", "upstream")
     fork = commit_file(repo, "vllm/a.py", use, "fork")
-    commit_file(repo, "vllm/b.py", use, "series")
+    commit_file(repo, "vllm/base.py", use, "series")
     lines: list[str] = []
-    assert not L.check_series(repo, fork, SCRIPT, {}, ref=upstream, log=lines.append)
+    assert not layering.check_series(repo, fork, SCRIPT, {}, ref=upstream, log=lines.append)
     text = "\n".join(lines)
     assert "vllm/a.py (platform coupling 0 -> 1); base reports the same" in text
-    assert "vllm/b.py (platform coupling 0 -> 1)" in text
+    assert "vllm/base.py (platform coupling 0 -> 1)" in text
     assert lines[-1] == "  check-layering: FAILED"
     lines = []
-    assert L.check_series(repo, fork, SCRIPT, {"vllm/b.py": "on purpose"}, ref=upstream,
+    assert layering.check_series(repo, fork, SCRIPT, {"vllm/base.py": "on purpose"}, ref=upstream,
                           log=lines.append)
     assert any(line.endswith("declared, on purpose") for line in lines)

@@ -11,14 +11,15 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, quiet
-from serieskit import base as b
-from serieskit import git as g
-from serieskit import rebase as r
-from serieskit import series as s
+from serieskit import base
+from serieskit import git
+from serieskit import rebase
+from serieskit import series
 from serieskit.errors import ToolkitError
+from serieskit import status
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
-V25 = b.Pin("0.25.0", "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
+V25 = base.Pin("0.25.0", "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
             "99e7bcdde8efe309b449cb9c3c8e04075b882a00")
 
 
@@ -28,16 +29,16 @@ def shared_cache(monkeypatch):
     monkeypatch.setenv("VLLM_SERIES_QUIET", "1")
 
 
-def make_root(tmp_path, pin: b.Pin | None, fixtures: list[str]):
+def make_root(tmp_path, pin: base.Pin | None, fixtures: list[str]):
     root = tmp_path / "root"
     (root / "patches").mkdir(parents=True)
     if pin is None:
         shutil.copy(REPO_ROOT / "pin.toml", root / "pin.toml")
-        names = s.read_series(REPO_ROOT)
+        names = series.read_series(REPO_ROOT)
         for name in names:
             shutil.copy(REPO_ROOT / "patches" / name, root / "patches" / name)
     else:
-        b.write_pin(root, pin)
+        base.write_pin(root, pin)
         names = []
     for i, fixture in enumerate(fixtures, len(names) + 1):
         name = f"{i:04d}-{fixture.split('/')[1]}"  # format-patch's own naming
@@ -48,8 +49,8 @@ def make_root(tmp_path, pin: b.Pin | None, fixtures: list[str]):
 
 
 def test_pinned_base_is_the_pinned_commit(tmp_path):
-    pin = b.read_pin(REPO_ROOT)
-    commit, sha = b.ensure_base(tmp_path / "repo", pin.version, pin.sha256, pin.commit,
+    pin = base.read_pin(REPO_ROOT)
+    commit, sha = base.ensure_base(tmp_path / "repo", pin.version, pin.sha256, pin.commit,
                                 log=quiet)
     assert commit == pin.commit and sha == pin.sha256
 
@@ -57,40 +58,40 @@ def test_pinned_base_is_the_pinned_commit(tmp_path):
 def test_series_plus_fixture_round_trips_byte_for_byte(tmp_path):
     root = make_root(tmp_path, None, ["0.26.0/Misc-Fixture-note-in-the-README.patch"])
     before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
-    s.apply(root, log=quiet)
-    assert s.export(root, log=quiet) == []
+    series.apply(root, log=quiet)
+    assert series.export(root, log=quiet) == []
     assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == before
 
 
 def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
     root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch"])
-    s.apply(root, log=quiet)
-    report = r.start(root, "vllm==0.26.0", log=quiet)
+    series.apply(root, log=quiet)
+    report = rebase.start(root, "vllm==0.26.0", log=quiet)
     text = report.read_text()
     assert "vLLM 0.25.0 -> 0.26.0" in text
     assert "1 unchanged" in text and "[Misc] Fixture: note in ubatching" in text
-    repo = s.work_repo(root)
-    assert g.rev(repo, "HEAD~1") == b.read_pin(REPO_ROOT).commit
+    repo = series.work_repo(root)
+    assert git.rev(repo, "HEAD~1") == base.read_pin(REPO_ROOT).commit
 
 
 def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):
     root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch", "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch"])
-    s.apply(root, log=quiet)
-    repo = s.work_repo(root)
-    head = g.rev(repo, "HEAD")
+    series.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    head = git.rev(repo, "HEAD")
     lines = []
     with pytest.raises(ToolkitError, match="stopped at a conflict"):
-        r.start(root, "vllm==0.26.0", log=lines.append)
+        rebase.start(root, "vllm==0.26.0", log=lines.append)
     out = "\n".join(lines)
-    assert "patch 2/2 does not apply cleanly on 0.26.0" in out
+    assert "onto 0.26.0, stopped at patch 2/2" in out
     assert "files:  vllm/config/kernel.py" in out
-    r.abort(root, log=quiet)
-    assert g.rev(repo, "HEAD") == head and not g.dirty_files(repo)
-    assert s.status(root, log=quiet)["differ"] == []
+    rebase.abort(root, log=quiet)
+    assert git.rev(repo, "HEAD") == head and not git.dirty_files(repo)
+    assert status.status(root, log=quiet)["differ"] == []
 
 
 def test_unknown_release_is_one_clear_line(tmp_path):
     with pytest.raises(ToolkitError) as e:
-        b.fetch_sdist("0.0.0")
+        base.fetch_sdist("0.0.0")
     assert str(e.value) == ("vLLM 0.0.0 has no source distribution (vllm-0.0.0.tar.gz) "
                             "on pip's configured index")

@@ -7,11 +7,14 @@ import subprocess
 import pytest
 
 from conftest import BASE_FILES, add_release, commit_file, quiet
-from serieskit import base as b
-from serieskit import git as g
-from serieskit import rebase as r
-from serieskit import series as s
+from serieskit import base
+from serieskit import git
+from serieskit import rebase
+from serieskit import series
 from serieskit.errors import ToolkitError
+from serieskit import safety
+from serieskit import status
+from serieskit.state import State
 from test_series import make_series
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
@@ -25,13 +28,13 @@ def test_rebase_onto_a_release_writes_a_range_diff_report(root, cache):
     pin_before = (root / "pin.toml").read_text()
     patches_before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     lines = []
-    report = r.start(root, "vllm==0.0.2", log=lines.append)
+    report = rebase.start(root, "vllm==0.0.2", log=lines.append)
     text = report.read_text()
     assert report.name == "rebase-0.0.1-to-0.0.2.md"
     assert "```diff" in text and "= 1:" in text and "[Kernel] Change f0" in text
     assert "- patches: 2 unchanged, 0 changed, 0 dropped, 0 added" in text
     assert any("2 unchanged" in line for line in lines)
-    repo = s.work_repo(root)
+    repo = series.work_repo(root)
     assert (repo / "setup.py").read_text() == "print('setup 2')\n"
     assert (repo / "vllm/new.py").exists()
     # Without --update-pin nothing of the repo's own files moves.
@@ -42,14 +45,14 @@ def test_rebase_onto_a_release_writes_a_range_diff_report(root, cache):
 def test_apply_after_a_rebase_without_pin_keeps_the_rebased_series(root, cache):
     make_series(root)
     add_release(cache, "0.0.2", UPSTREAM_CHANGE)
-    r.start(root, "vllm==0.0.2", log=quiet)
-    repo = s.work_repo(root)
-    rebased = g.rev(repo, "HEAD")
+    rebase.start(root, "vllm==0.0.2", log=quiet)
+    repo = series.work_repo(root)
+    rebased = git.rev(repo, "HEAD")
     with pytest.raises(ToolkitError, match="rebased onto 0.0.2"):
-        s.apply(root, log=quiet)
-    assert g.rev(repo, "HEAD") == rebased
-    s.apply(root, force=True, log=quiet)
-    backups = g.git(repo, "for-each-ref", "--format=%(objectname)", s.BACKUP).split()
+        series.apply(root, log=quiet)
+    assert git.rev(repo, "HEAD") == rebased
+    series.apply(root, force=True, log=quiet)
+    backups = git.git(repo, "for-each-ref", "--format=%(objectname)", safety.BACKUP_REF).split()
     assert backups == [rebased]
     assert (repo / "setup.py").read_text() == BASE_FILES["setup.py"]
 
@@ -57,50 +60,50 @@ def test_apply_after_a_rebase_without_pin_keeps_the_rebased_series(root, cache):
 def test_update_pin_moves_pin_and_patches(root, cache):
     make_series(root)
     sha = add_release(cache, "0.0.2", UPSTREAM_CHANGE)
-    r.start(root, "vllm==0.0.2", update_pin=True, log=quiet)
-    pin = b.read_pin(root)
+    rebase.start(root, "vllm==0.0.2", update_pin=True, log=quiet)
+    pin = base.read_pin(root)
     assert pin.version == "0.0.2" and pin.sha256 == sha
-    assert pin.commit == g.rev(s.work_repo(root), b.base_ref("0.0.2"))
+    assert pin.commit == git.rev(series.work_repo(root), base.base_ref("0.0.2"))
     # The moved series applies from scratch on the new pin.
-    s.apply(root, log=quiet)
+    series.apply(root, log=quiet)
     lines = []
-    s.status(root, log=lines.append)
+    status.status(root, log=lines.append)
     assert "patches:   the work tree matches patches/" in lines
 
 
 def test_conflict_stops_with_instructions_then_abort_loses_nothing(root, cache):
     repo = make_series(root)
-    head = g.rev(repo, "HEAD")
+    head = git.rev(repo, "HEAD")
     add_release(cache, "0.0.3", CONFLICTING)
     lines = []
     with pytest.raises(ToolkitError, match="stopped at a conflict"):
-        r.start(root, "vllm==0.0.3", log=lines.append)
+        rebase.start(root, "vllm==0.0.3", log=lines.append)
     out = "\n".join(lines)
-    assert "patch 1/2 does not apply cleanly on 0.0.3" in out
+    assert "onto 0.0.3, stopped at patch 1/2" in out
     assert "[Kernel] Change f0 (patches/0001-Kernel-Change-f0.patch)" in out
     assert "files:  vllm/utils.py" in out
     assert "nox -s rebase -- --continue" in out and "nox -s rebase -- --abort" in out
     with pytest.raises(ToolkitError, match="rebase is stopped"):
-        s.apply(root, log=quiet)
-    r.abort(root, log=quiet)
-    assert g.rev(repo, "HEAD") == head
-    assert g.operation_in_progress(repo) is None and not g.dirty_files(repo)
-    assert not s.State.load(root).rebase
+        series.apply(root, log=quiet)
+    rebase.abort(root, log=quiet)
+    assert git.rev(repo, "HEAD") == head
+    assert git.operation_in_progress(repo) is None and not git.dirty_files(repo)
+    assert not State.load(root).rebase_stopped
 
 
 def test_conflict_resolved_then_continue(root, cache):
     repo = make_series(root)
     add_release(cache, "0.0.3", CONFLICTING)
     with pytest.raises(ToolkitError):
-        r.start(root, "vllm==0.0.3", log=quiet)
+        rebase.start(root, "vllm==0.0.3", log=quiet)
     with pytest.raises(ToolkitError, match="unresolved conflicts remain in vllm/utils.py"):
-        r.cont(root, log=quiet)
+        rebase.cont(root, log=quiet)
     (repo / "vllm/utils.py").write_text("def f0():\n    return 100\n")
-    g.git(repo, "add", "vllm/utils.py")
-    report = r.cont(root, log=quiet)
+    git.git(repo, "add", "vllm/utils.py")
+    report = rebase.cont(root, log=quiet)
     assert "1 changed" in report.read_text() or "1 unchanged" in report.read_text()
-    assert not s.State.load(root).rebase
-    assert len(g.commits(repo, f"{b.base_ref('0.0.3')}..HEAD")) == 2
+    assert not State.load(root).rebase_stopped
+    assert len(git.commits(repo, f"{base.base_ref('0.0.3')}..HEAD")) == 2
 
 
 def test_rebase_onto_a_fork_ref(root, tmp_path):
@@ -108,36 +111,36 @@ def test_rebase_onto_a_fork_ref(root, tmp_path):
     fork = tmp_path / "fork"
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(repo), str(fork)], check=True)
     subprocess.run(["git", "-C", str(fork), "checkout", "-q", "-b", "fork-main",
-                    s.State.load(root).base], check=True)
+                    State.load(root).base], check=True)
     commit_file(fork, "FORK.md", "fork\n", "Fork-only change")
-    report = r.start(root, f"{fork}@fork-main", log=quiet)
-    assert (s.work_repo(root) / "FORK.md").exists()
+    report = rebase.start(root, f"{fork}@fork-main", log=quiet)
+    assert (series.work_repo(root) / "FORK.md").exists()
     assert "2 unchanged" in report.read_text()
     with pytest.raises(ToolkitError, match="--update-pin needs a PyPI release"):
-        r.start(root, f"{fork}@fork-main", update_pin=True, log=quiet)
+        rebase.start(root, f"{fork}@fork-main", update_pin=True, log=quiet)
 
 
 def test_rebase_refuses_unsaved_work_and_unknown_targets(root, cache):
     repo = make_series(root)
     (repo / "vllm/utils.py").write_text("edited\n")
     with pytest.raises(ToolkitError, match="uncommitted: vllm/utils.py"):
-        r.start(root, "vllm==0.0.2", log=quiet)
+        rebase.start(root, "vllm==0.0.2", log=quiet)
     for bad in ["0.33.0", "vllm>=1", "@main", "repo@"]:
         with pytest.raises(ToolkitError, match="unknown rebase target"):
-            r.parse_target(bad)
-    with pytest.raises(ToolkitError, match="no rebase is in progress"):
-        r.abort(root, log=quiet)
+            rebase.parse_target(bad)
+    with pytest.raises(ToolkitError, match="no rebase is stopped"):
+        rebase.abort(root, log=quiet)
 
 
 def test_rebase_onto_an_unfetchable_ref_is_one_clear_line(root, tmp_path):
     make_series(root)
-    with pytest.raises(ToolkitError, match=r"cannot fetch nope from .*") as e:
-        r.start(root, f"{tmp_path / 'missing'}@nope", log=quiet)
+    with pytest.raises(ToolkitError, match=r"no repository at .*missing") as e:
+        rebase.start(root, f"{tmp_path / 'missing'}@nope", log=quiet)
     assert "\n" not in str(e.value)
-    assert not s.State.load(root).rebase
+    assert not State.load(root).rebase_stopped
 
 
 def test_summarize_counts_each_kind():
     rd = ("1:  aaaaaaa = 1:  bbbbbbb one\n2:  ccccccc ! 2:  ddddddd two\n"
           "    @@ context\n3:  eeeeeee < -:  ------- three\n-:  ------- > 3:  fffffff four\n")
-    assert r.summarize(rd) == {"unchanged": 1, "changed": 1, "dropped": 1, "added": 1}
+    assert rebase.summarize(rd) == {"unchanged": 1, "changed": 1, "dropped": 1, "added": 1}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU machine, run 1 of 2: keep the compiled core module of the vLLM wheel
-# (part1, made here by `nox -s gpu_pack`) in /tmp for run 2.
+# (part1, made here by `nox -s overlay -- --gpu`) in /tmp for run 2.
 set -euo pipefail
 part1=${1:-.dev/gpu/part1}
 mkdir -p /tmp/keep

@@ -1,7 +1,7 @@
 """Run the series' test files in the assembled tree on the GPU machine and
 write the results JSON (GPU, driver, torch, date, series commit, outcomes).
 
-    python3 ci/gpu/run_tests.py TREE OUT.json [-k EXPR] [TEST_FILE ...]
+    python3 gpu/run_tests.py TREE OUT.json [-k EXPR] [TEST_FILE ...]
 
 With test files named, only those run (they must be the series' own); -k
 selects tests in them as pytest's -k does (a long file over two runs)."""
@@ -11,10 +11,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serieskit import runner, series  # noqa: E402
 
-root = Path(__file__).resolve().parents[2]
+root = Path(__file__).resolve().parents[1]
 tree, dest, chosen = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 select = None
 if chosen[:1] == ["-k"]:

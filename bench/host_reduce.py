@@ -3,7 +3,7 @@
 against NCCL, with peer access off, on a GPU machine with two GPUs.
 
     NCCL_P2P_DISABLE=1 PYTHONPATH=<patched tree with vllm/_sm7x_C*.so> \
-        python3 ci/bench_host_reduce.py --out bench.json
+        python3 bench/host_reduce.py --out bench.json
 
 Measures, in one run:
 - per payload (256 KiB, 1 MiB, 4 MiB, 8,192,000 B, 20 MiB): time per call of

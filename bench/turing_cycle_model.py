@@ -8,7 +8,7 @@ the cycles one CTA (8 warps, 1 per SM) spends per tile, then list-schedules
 the CTAs of the seed's shapes on a Quadro RTX 8000 (72 SMs, 1.77 GHz) with
 the launcher's split rule. See docs/turing_cycle_model.md for assumptions.
 
-    python3 ci/turing_cycle_model.py [--h200-bench results/bench_prefill_attention_h200.json]
+    python3 bench/turing_cycle_model.py [--h200-bench results/bench_prefill_attention_h200.json]
 """
 
 import argparse

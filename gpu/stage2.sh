@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# GPU machine, run 2 of 2 (within 30 s of run 1): assemble vLLM 0.26.0 with the
-# series' overlay under /tmp/vllm-run, build the series' native module with
-# compute_75 PTX (BUILD=0 skips it), run the series' test files (those in $TESTS,
+# GPU machine, run 2 of 2 (within 30 s of run 1): assemble the packed vLLM
+# release (part2/VERSION, written from pin.toml) with the series' overlay
+# under /tmp/vllm-run, build the series' native module with compute_75 PTX (BUILD=0 skips it), run the series' test files (those in $TESTS,
 # space-separated, when set; none for none; SELECT is pytest's -k), then
 # whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
 set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}
 root=/tmp/vllm-run
-rm -rf "$root"; mkdir -p "$root/src" "$root/site/vllm-0.26.0.dist-info"
+version=$(cat "$part2/VERSION")
+rm -rf "$root"; mkdir -p "$root/src" "$root/site/vllm-$version.dist-info"
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/site" "$part2"/whl/*.whl
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.0\n' > "$root/site/vllm-0.26.0.dist-info/METADATA"
+# vLLM reads its own version from its package metadata.
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$root/site/vllm-$version.dist-info/METADATA"
 tar xzf "$part2/overlay.tgz" -C "$root/src"
 xz -dc /tmp/keep/_C_stable_libtorch.abi3.so.xz > "$root/src/vllm/_C_stable_libtorch.abi3.so"
 xz -dc "$part2/fa.tar.xz" | tar xf - -C "$root/src"
 export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 if [ "${BUILD:-1}" != 0 ] && [ -d "$root/src/csrc/sm7x" ]; then
-  python3 -m serieskit.build --src "$root/src" --out "$root/build" --arch 75 --ptx --link \
+  python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link \
     --report "$OUT/build_report.json"
-  cp "$root"/build/_sm7x_C*.so "$root/src/vllm/"
   # One archive: the GPU machine returns at most eight files from $OUT.
   mkdir -p "$root/sass"
   for f in "$root"/build/*.o; do cuobjdump -sass "$f" > "$root/sass/$(basename "$f" .o).sass.txt" 2>&1 || true; done
@@ -26,7 +27,7 @@ if [ "${BUILD:-1}" != 0 ] && [ -d "$root/src/csrc/sm7x" ]; then
 fi
 # shellcheck disable=SC2086 # TESTS is a list of paths
 if [ "${TESTS:-}" != none ]; then
-  python3 ci/gpu/run_tests.py "$root/src" "$OUT/tests.json" ${SELECT:+-k "$SELECT"} ${TESTS:-} \
+  python3 gpu/run_tests.py "$root/src" "$OUT/tests.json" ${SELECT:+-k "$SELECT"} ${TESTS:-} \
     || echo "TESTS FAILED"
 fi
 "$@"

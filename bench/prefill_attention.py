@@ -18,7 +18,7 @@ FLOPs: 4 * 256 * visible keys per query row) and the kernel's TFLOPS as a
 fraction of that ceiling, the figure that carries over to Turing. Figures are
 of the GPU it runs on, never of a Turing card.
 
-    python3 ci/bench_prefill_attention.py --out results/bench.json
+    python3 bench/prefill_attention.py --out results/bench.json
 """
 
 from __future__ import annotations

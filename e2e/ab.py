@@ -1,8 +1,8 @@
 """A/B/A/B harness: one uncounted warm boot, then the arms in rounds.
 
-    python3 ci/e2e/ab.py --arms ci/e2e/arms/reference.json ci/e2e/arms/copy_engine.json \
+    python3 e2e/ab.py --arms e2e/arms/reference.json e2e/arms/copy_engine.json \
         --out results/e2e.json [--model seed|small] [--layers N] [--rounds 2] [--ceiling]
-    python3 ci/e2e/ab.py --merge run1.json run2.json --out results/e2e.json
+    python3 e2e/ab.py --merge run1.json run2.json --out results/e2e.json
 
 Each arm file: {"name", "kernel_config", "attention_config", "env"}; every boot
 runs with TP=2, NCCL_P2P_DISABLE=1 (unless the arm's env says otherwise),

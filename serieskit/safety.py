@@ -1,0 +1,180 @@
+"""Nothing is lost: the one rule of every session, enforced here.
+
+No session deletes or rewrites a patch file, a commit or an uncommitted
+change unless it is also somewhere the user can find it: the work tree, a
+branch, a uniquely named ref under ``refs/series/backup/``, a stash, or a
+folder under ``.work/backup/``; and the session says where. Work the toolkit
+did not make (uncommitted changes, commits beyond what it last wrote) stops a
+session that would move it, unless ``--force`` asks to save it first.
+
+One session at a time holds ``.work/lock`` (``filelock``); a second refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from serieskit import git
+from serieskit.errors import ToolkitError
+from serieskit.state import WORK, State
+
+BACKUP_REF = "refs/series/backup"
+BACKUP_DIR = f"{WORK}/backup"
+BRANCH = "series"
+
+
+@contextmanager
+def session_lock(root: Path) -> Iterator[None]:
+    """Hold ``.work/lock`` for one session; refuse at once when another holds it."""
+    work = root / WORK
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "lock"
+    owner = work / "lock.owner"
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        who = owner.read_text().strip() if owner.exists() else "another process"
+        raise ToolkitError(f"another serieskit session ({who}) holds {path}: "
+                           "wait for it to finish, then run this again") from None
+    try:
+        owner.write_text(f"pid {os.getpid()}\n")
+        yield
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
+
+
+def stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def backup_ref(repo: Path, commit: str, why: str) -> str:
+    """Point a new, unique ref under refs/series/backup/ at ``commit``."""
+    base = f"{BACKUP_REF}/{stamp()}-{why}"
+    for n in range(1, 1000):
+        name = base if n == 1 else f"{base}-{n}"
+        # The empty old value makes git create the ref only if it does not exist.
+        if git.run(repo, "update-ref", name, commit, "").returncode == 0:
+            return name
+    raise ToolkitError(f"cannot make a backup ref under {BACKUP_REF}/ in {repo}")
+
+
+def stash(repo: Path, why: str) -> str:
+    """Stash every uncommitted change, untracked files included."""
+    git.git(repo, "stash", "push", "--include-untracked", "-m", f"serieskit {stamp()}: {why}",
+            env={"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1]})
+    return "stash@{0}"
+
+
+def backup_dir(root: Path, why: str) -> Path:
+    """A new folder under .work/backup/ for files moved or copied aside."""
+    base = root / BACKUP_DIR / f"{stamp()}-{why}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+def keep_files(root: Path, files: list[Path], why: str) -> Path | None:
+    """Copy ``files`` (that a session is about to rewrite or remove) aside."""
+    files = [f for f in files if f.exists()]
+    if not files:
+        return None
+    dest = backup_dir(root, why)
+    for f in files:
+        shutil.copy2(f, dest / f.name)
+    return dest
+
+
+@dataclass
+class Unsaved:
+    """The user's work in the work tree: what the toolkit did not write."""
+
+    dirty: list[str]  # `git status --short` lines
+    commits: list[tuple[str, str]]  # (id, subject), oldest first
+    tips: list[str]  # HEAD and/or the series branch, where those commits are
+
+    def __bool__(self) -> bool:
+        return bool(self.dirty or self.commits)
+
+    def describe(self, repo: Path) -> list[str]:
+        lines = [f"  uncommitted: {line[3:]}" for line in self.dirty[:10]]
+        if len(self.dirty) > 10:
+            lines.append(f"  ... and {len(self.dirty) - 10} more uncommitted files")
+        lines += [f"  commit {cid[:12]} {subject}" for cid, subject in self.commits[:10]]
+        if len(self.commits) > 10:
+            lines.append(f"  ... and {len(self.commits) - 10} more commits")
+        return lines
+
+
+def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) -> Unsaved:
+    """Uncommitted changes, and commits on HEAD or the series branch that are
+    neither what the toolkit last wrote nor already in a backup ref."""
+    if not git.is_repo(repo) or git.rev(repo, "HEAD") is None:
+        return Unsaved([], [], [])
+    dirty = git.dirty_files(repo)
+    tips = [t for t in ("HEAD", f"refs/heads/{BRANCH}") if git.rev(repo, t)]
+    known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
+    # Commits already under a backup ref are saved: not the user's to lose.
+    saved = git.git(repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF).split()
+    exclude = [f"^{k}" for k in (*known, *saved)]
+    out = git.git(repo, "log", "--reverse", "--format=%H %s", *tips, *exclude)
+    commits = [tuple(line.split(" ", 1)) for line in out.splitlines() if line]
+    with_tip = [t for t in tips if git.git(repo, "rev-list", "--count", t, *exclude).strip() != "0"]
+    return Unsaved(dirty, commits, with_tip)  # type: ignore[arg-type]
+
+
+def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=print,
+          extra_known: tuple[str, ...] = ()) -> None:
+    """Refuse ``action`` over the user's work; with ``force``, save it first."""
+    work = unsaved_work(repo, state, extra_known)
+    if not work:
+        return
+    if not force:
+        raise ToolkitError("\n".join([
+            f"{action}: the work tree {repo} holds work that is not in patches/:",
+            *work.describe(repo),
+            "  keep it: commit your changes and run `nox -s export` (writes them to patches/), "
+            f"or rerun with --force, which stashes changes and keeps commits under {BACKUP_REF}/",
+        ]))
+    save(repo, work, action, log)
+
+
+def save(repo: Path, work: Unsaved, why: str, log=print) -> None:
+    """Put ``work`` where the user can find it, and say where."""
+    seen: set[str] = set()
+    for tip in work.tips:
+        commit = git.rev(repo, tip)
+        if commit and commit not in seen:
+            seen.add(commit)
+            ref = backup_ref(repo, commit, why)
+            log(f"{why}: kept {len(work.commits)} unexported commit(s) of {tip} as {ref}")
+    if work.dirty:
+        where = stash(repo, f"saved by {why} --force")
+        log(f"{why}: stashed {len(work.dirty)} uncommitted file(s) as {where} "
+            f"(`git -C {repo} stash list`)")
+
+
+def guard_folder(root: Path, repo: Path, force: bool, log=print) -> None:
+    """A work-tree folder that is not a git repository (its .git gone) holds
+    files the toolkit cannot account for: refuse, or move it aside."""
+    if git.is_repo(repo) or not repo.exists() or not any(repo.iterdir()):
+        return
+    if not force:
+        raise ToolkitError(f"{repo} exists but is not a git repository (no .git): "
+                           "move it aside, or rerun with --force, which moves it under "
+                           f"{BACKUP_DIR}/")
+    dest = backup_dir(root, "work-tree") / repo.name
+    shutil.move(str(repo), dest)
+    log(f"apply: moved {repo} (not a git repository) to {dest}")
