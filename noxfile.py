@@ -23,6 +23,9 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
 LINT = (lint.RUFF, *lint.MYPY)
+# What `python -m serieskit` needs in a session's own environment (the
+# sessions without one run in nox's, which has it through virtualenv).
+TOOLKIT = "filelock>=3.12"
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -75,14 +78,14 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """check-layering (base vs series head), ruff and mypy on the changed files."""
-    session.install(*LINT)
+    session.install(TOOLKIT, *LINT)
     session.run("python", "-m", "serieskit", "lint")
 
 
 @nox.session
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each."""
-    session.install(PYTEST, *series.test_requirements(ROOT))
+    session.install(TOOLKIT, PYTEST, *series.test_requirements(ROOT))
     session.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
@@ -90,7 +93,7 @@ def test(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's tests, apply, export round-trip, build,
     docs --check, lint and the series' CPU tests."""
-    session.install(PYTEST, *LINT)
+    session.install(TOOLKIT, PYTEST, *LINT)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):

@@ -133,6 +133,8 @@ def run(argv: list[str], root: Path = ROOT) -> int:
         args = _parser().parse_args(argv)
         with safety.session_lock(root):
             args.func(args, root)
+    except SystemExit as e:  # --help: argparse exits, which would end nox itself
+        return int(e.code or 0) if isinstance(e.code, int | None) else 1
     except ToolkitError as e:
         first, *rest = str(e).splitlines() or ["unknown error"]
         print(f"error: {first}", file=sys.stderr)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from serieskit import base
-from serieskit import git
+from serieskit import git, series
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,14 +85,26 @@ def commit_file(repo: Path, path: str, text: str, subject: str,
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text(text)
     name, email = author[:-1].split(" <")
-    env = dict(os.environ, GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email,
-               GIT_AUTHOR_DATE=date, GIT_COMMITTER_NAME="Someone",
-               GIT_COMMITTER_EMAIL="someone@example.com")
-    subprocess.run(["git", "-C", str(repo), "add", path], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", subject,
-                    "-m", "Why: because the test says so."], check=True, env=env)
+    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
+           "GIT_COMMITTER_NAME": "Someone", "GIT_COMMITTER_EMAIL": "someone@example.com"}
+    git.git(repo, "add", path)
+    git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: because the test says so.", env=env)
     return git.rev(repo, "HEAD") or ""
 
 
 def quiet(*_args) -> None:
     pass
+
+
+@functools.cache
+def series_tool(name: str) -> Path:
+    """``tools/pre_commit/<name>`` as the series carries it (its first patch):
+    the toolkit drives these scripts, so its tests run the real ones."""
+    wanted = f"tools/pre_commit/{name}"
+    for patch in series.read_series(REPO_ROOT):
+        path = REPO_ROOT / "patches" / patch
+        if f"diff --git a/{wanted} b/{wanted}" in path.read_text(errors="replace"):
+            dest = Path(tempfile.mkdtemp(prefix="series-tool-"))
+            git.git(dest, "apply", f"--include={wanted}", str(path))
+            return dest / wanted
+    raise LookupError(f"no patch of the series adds {wanted}")

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import commit_file
-from serieskit import docs
+from conftest import commit_file, series_tool
+from serieskit import docs, git
 from serieskit.errors import ToolkitError
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tools"
 
 KERNEL = '''\
 from dataclasses import field
@@ -89,7 +87,7 @@ def tree(tmp_path) -> Path:
     (t / "vllm" / "config" / "kernel.py").write_text(KERNEL)
     (t / "vllm" / "config" / "attention.py").write_text(ATTENTION)
     (t / "tools" / "pre_commit").mkdir(parents=True)
-    shutil.copy(FIXTURE / "generate_runtime_reference.py", t / docs.GENERATOR)
+    shutil.copy(series_tool("generate_runtime_reference.py"), t / docs.GENERATOR)
     return t
 
 
@@ -177,9 +175,9 @@ def test_sources(tree):
 
 
 def test_amend_gives_every_patch_the_reference_of_its_own_fields(tree):
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    git.git(None, "init", "-q", str(tree))
     docs.regenerate(tree)
-    subprocess.run(["git", "-C", str(tree), "add", "-A"], check=True)
+    git.git(tree, "add", "-A")
     base = commit_file(tree, "README", "base\n", "base")
     more = KERNEL.replace('    moe_backend: str = "auto"',
                           '    extra: int = 3\n    """An added field."""\n\n    moe_backend: str = "auto"')
@@ -189,15 +187,14 @@ def test_amend_gives_every_patch_the_reference_of_its_own_fields(tree):
     assert docs.check(tree) is not None
     lines = []
     assert docs.amend(tree, base, log=lines.append) == ["fields", "attn"]
-    branch = subprocess.run(["git", "-C", str(tree), "symbolic-ref", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    branch = git.branch(tree)
+    assert branch
     for commit in docs.stale_commits(tree, base):
-        subprocess.run(["git", "-C", str(tree), "checkout", "-q", commit], check=True)
+        git.git(tree, "checkout", "-q", commit)
         assert docs.check(tree) is None
-    subject = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%s", "HEAD~1"],
-                             capture_output=True, text=True).stdout.strip()
+    subject = git.commit_subject(tree, "HEAD~1")
     assert subject == "unrelated"
     assert unrelated  # replayed, but its own change is untouched
-    subprocess.run(["git", "-C", str(tree), "checkout", "-q", branch], check=True)
+    git.git(tree, "checkout", "-q", branch)
     assert docs.amend(tree, base, log=lines.append) == []
     assert lines[-1].endswith("is current at every patch")

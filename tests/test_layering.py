@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import layering
+from conftest import series_tool
+from serieskit import git, layering
 from serieskit.errors import ToolkitError
 
-SCRIPT = Path(__file__).resolve().parent / "fixtures" / "tools" / "check_layering.py"
+SCRIPT = series_tool("check_layering.py")
 
 FILES = {
     "vllm/__init__.py": "",
@@ -170,11 +171,7 @@ def test_missing_script_and_broken_tree(base, tmp_path):
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="A", GIT_AUTHOR_EMAIL="a@example.com",
-               GIT_COMMITTER_NAME="A", GIT_COMMITTER_EMAIL="a@example.com")
-    env.pop("PRE_COMMIT_FROM_REF", None)
-    subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
-                   capture_output=True)
+    git.git(repo, *args, env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"})
 
 
 def test_hook_against_a_git_ref(base):
@@ -217,7 +214,7 @@ def test_check_series_on_a_fork_base(tmp_path):
 
     repo = tmp_path / "repo"
     repo.mkdir()
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    git.git(None, "init", "-q", str(repo))
     use = "from vllm.platforms import current_platform\n\nX = current_platform.is_cuda()\n"
     upstream = commit_file(repo, "vllm/a.py", "A = 1\n", "upstream")
     fork = commit_file(repo, "vllm/a.py", use, "fork")

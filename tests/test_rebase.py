@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
@@ -109,9 +108,8 @@ def test_conflict_resolved_then_continue(root, cache):
 def test_rebase_onto_a_fork_ref(root, tmp_path):
     repo = make_series(root)
     fork = tmp_path / "fork"
-    subprocess.run(["git", "clone", "-q", "--no-checkout", str(repo), str(fork)], check=True)
-    subprocess.run(["git", "-C", str(fork), "checkout", "-q", "-b", "fork-main",
-                    State.load(root).base], check=True)
+    git.git(None, "clone", "-q", "--no-checkout", str(repo), str(fork))
+    git.git(fork, "checkout", "-q", "-b", "fork-main", State.load(root).base or "")
     commit_file(fork, "FORK.md", "fork\n", "Fork-only change")
     report = rebase.start(root, f"{fork}@fork-main", log=quiet)
     assert (series.work_repo(root) / "FORK.md").exists()
