@@ -73,13 +73,15 @@ def sources(tree: Path) -> list[str]:
     script = _generator(tree)
     module = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
     for node in module.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign)
-            else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "SOURCES" for t in targets):
             try:
-                entries = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                entries = ast.literal_eval(value)
             except ValueError as e:
                 raise ToolkitError(f"{GENERATOR}: SOURCES is not a literal list") from e
             paths = [str(e).partition(":")[0] for e in entries]
