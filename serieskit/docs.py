@@ -122,7 +122,7 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
         raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
     changed = [git.git(tree, "log", "-1", "--format=%s", c).strip()
-               for c, old in zip(after, before.values())
+               for c, old in zip(after, before.values(), strict=True)
                if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old]
     for subject in changed:
         log(f"docs: regenerated {OUTPUT} in \"{subject}\"")
