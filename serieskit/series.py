@@ -224,7 +224,8 @@ def apply(root: Path, force: bool = False, log=print) -> State:
             "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
             f"under {safety.BACKUP_REF}/")
-    safety.guard(root, repo, state, "apply", force, log)
+    safety.guard(root, repo, state, "apply", force, log,
+                 extra_known=_made_by_interrupted_apply(repo, state, names, patches))
     if moved and (head := git.rev(repo, "HEAD")):
         log(f"apply: kept the series rebased onto {state.base_label} as "
             f"{safety.backup_ref(repo, head, 'rebased')}")
@@ -256,6 +257,25 @@ def apply(root: Path, force: bool = False, log=print) -> State:
     log(f"apply: {len(names)} patch(es) on vLLM {pin.version}, HEAD "
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)")
     return state
+
+
+def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
+                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+    """The commits an apply killed between `git am` and its state save made:
+    on top of the last recorded one, by the toolkit's committer, one per next
+    patch of the series, in order. Anything else is the user's."""
+    if not state.in_progress or not state.head or git.rev(repo, state.head) is None:
+        return ()
+    out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{state.head}..HEAD")
+    ours = None
+    for i, line in enumerate(out.splitlines()):
+        cid, committer, subject = line.split("\0")
+        k = state.applied + i
+        if (k >= len(names) or committer != git.COMMITTER[0]
+                or subject != patches[names[k]].subject):
+            break
+        ours = cid
+    return (ours,) if ours else ()
 
 
 def _am(root: Path, repo: Path, state: State, name: str, i: int, n: int,
