@@ -28,6 +28,7 @@ LINT = (RUFF, *MYPY)
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
+GITPYTHON = "GitPython==3.2.1"
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -75,6 +76,13 @@ def overlay(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Regenerate the runtime reference and amend it into its patch (-- --check)."""
     _toolkit(session, "docs")
+
+
+@nox.session
+def pr(session: nox.Session) -> None:
+    """Pull requests from the series: -- --signoff "Name <mail>" [--onto vllm==X] [--others DIR] [--check]."""
+    session.install(TOOLKIT, GITPYTHON)
+    session.run("python", "-m", "serieskit", "pr", *session.posargs)
 
 
 @nox.session
