@@ -173,7 +173,11 @@ def _merge(repo: Path, base: str, head: str, diff_path: Path, number: str) -> tu
             return "does not apply to this PR's base, merge not tried (" + (
                 why[0] if why else "git apply failed") + ")", []
         tree = git.git(repo, "write-tree", env=env).strip()
-    theirs = git.git(repo, "commit-tree", tree, "-p", base, "-m", f"PR #{number}").strip()
+    who = {"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
+           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+    theirs = git.git(repo, "commit-tree", tree, "-p", base, "-m", f"PR #{number}",
+                     env=who).strip()
     proc = git.run(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages",
                    head, theirs)
     out = proc.stdout.decode(errors="replace").splitlines()
