@@ -125,12 +125,15 @@ def ours(repo: Path, review_base: str, head: str) -> Ours:
             functions[path] = names
         else:
             functions[path] = set(fd.funcs)
+        if path.startswith("tests/") or "/tests/" in path:
+            continue  # our test helpers are no symbols of the change
         for line in fd.lines:
             m = re.match(r"\s*(?:async\s+)?(?:def|class)\s+(\w+)", line)
             if m:
                 symbols.add(m.group(1))
         symbols |= {n.split(".")[-1] for n in functions[path]}
-    return Ours(diff, functions, {s for s in symbols if s not in GENERIC and len(s) >= 6})
+    return Ours(diff, functions, {s for s in symbols if s not in GENERIC and len(s) >= 6
+                                  and not (s.startswith("__") and s.endswith("__"))})
 
 
 @dataclass

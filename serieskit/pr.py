@@ -31,6 +31,8 @@ from serieskit.state import WORK, State
 
 REF = "refs/series/pr"
 MAX_OPEN = 6  # vLLM's contributing guide: at most 6 open pull requests
+RFC_LINES = 500  # ... and an RFC issue first for more changed lines outside these:
+NOT_COUNTED = ("tests/", "csrc/", "vllm/config/", "vllm/kernels/", "docs/")
 TITLE = re.compile(r"^(\[[^][]+\])+ +[^\s].*$")  # vLLM's pr-title check
 PLACEHOLDER = f"Signed-off-by: {git.COMMITTER[0]} <{git.COMMITTER[1]}>"
 TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
@@ -59,6 +61,7 @@ class Group:
     contract: dict = field(default_factory=dict)
     ab: str | None = None
     changed_since: dict[str, dict[str, str]] = field(default_factory=dict)
+    rfc: str | None = None  # the RFC draft, where the change needs one
 
 
 def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
@@ -85,7 +88,7 @@ def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
                             list(entry.get("depends", [])), entry["text"],
                             list(entry.get("keywords", [])), cl, list(entry.get("path", [])),
                             dict(entry.get("contract", {})), entry.get("ab"),
-                            dict(entry.get("changed_since", {}))))
+                            dict(entry.get("changed_since", {})), entry.get("rfc")))
     seen: dict[str, str] = {}
     for g in groups:
         for p in g.patches:
@@ -342,6 +345,13 @@ def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims
     add(f"at most {MAX_OPEN} pull requests in a stack",
         [f"{n_groups} pull requests in the set, {stack_len} in this stack"]
         if max(n_groups, stack_len) > MAX_OPEN else [])
+    counted = rfc_lines(tree, b.lower or state.base, b.head) if b.head else 0
+    rfc = b.group.rfc
+    add(f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
+        [] if counted <= RFC_LINES or (rfc and (root / rfc).is_file()) else
+        [f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
+         "it as rfc = \"...\" in its [[pr]]" + (f" ({rfc} is missing)" if rfc else "")],
+        f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""))
     from serieskit import lint
     pre = getattr(lint, "precommit_changed", None)
     if pre is None or not b.head:
@@ -352,6 +362,16 @@ def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims
         add("pre-commit on the changed files",
             [] if pre(tree, b.lower or state.base, b.head) else ["the tree's pre-commit fails"])
     return out
+
+
+def rfc_lines(tree: Path, lower: str, head: str) -> int:
+    """Lines a PR's own commits add or remove outside kernels, config and tests."""
+    total = 0
+    for line in git.git(tree, "diff", "--numstat", lower, head).splitlines():
+        added, removed, path = line.split("\t", 2)
+        if not path.startswith(NOT_COUNTED) and added != "-":
+            total += int(added) + int(removed)
+    return total
 
 
 # --- the session -------------------------------------------------------------
