@@ -425,7 +425,7 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
         dup = (duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords,
                                 others) if others and b.head else None)
         body = prbody.render(root, tree, template.read_text(), g, b, built, st, checked, dup,
-                             state.base_label or "")
+                             state.base_label or "", base=state.base)
         dest = out_root / g.name
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "title.txt").write_text(g.title + "\n")

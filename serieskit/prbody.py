@@ -216,13 +216,82 @@ def _ab(root: Path, g) -> str:
                       "peak memory (highest boot)"], rows))
 
 
-def _coverage(g, coverage: str | None) -> str:
+def _routes(root: Path, pattern: str) -> str:
+    """In how many boots of the results files a route line matched ``pattern``."""
+    seen = []
+    for name, data in _results(root):
+        boots = [b for b in data.get("boots", []) if isinstance(b, dict) and "route_lines" in b]
+        if boots:
+            hit = sum(any(re.search(pattern, line) for line in b["route_lines"]) for b in boots)
+            if hit:
+                seen.append(f"{hit} of {len(boots)} boots of `{name}` ({data['machine']['name']})")
+    return "logged: " + ("; ".join(seen) if seen else f"no boot logged /{pattern}/")
+
+
+def _ranges(lines: list[int]) -> str:
+    out: list[str] = []
+    for n in sorted(lines):
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = out[-1].split("-")[0] + f"-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def changed_lines(tree: Path, lower: str, head: str) -> dict[str, set[int]]:
+    """Lines the PR's own commits add, per Python file outside tests/."""
+    from serieskit import duplicates, git
+
+    diff = duplicates.parse_diff(git.git(tree, "diff", "-U0", "--no-color", lower, head))
+    return {p: {n for lo, hi in fd.new for n in range(lo, hi + 1)}
+            for p, fd in diff.items() if p.endswith(".py") and not p.startswith("tests/")}
+
+
+def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
+    """Changed lines against coverage.py JSON reports (``coverage json
+    --show-contexts``), one per machine, in .work/pr/coverage/<machine>.json."""
+    folder = root / WORK / "pr" / "coverage"
+    reports = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not reports:
+        return ("Line coverage: not measured in this run (no coverage.py report in "
+                "`.work/pr/coverage/`; README, Preparing the pull requests).")
+    changed = changed_lines(tree, lower, head)
+    rows = []
+    for report in reports:
+        files = json.loads(report.read_text()).get("files", {})
+        by_path = {}
+        for name, data in files.items():
+            rel = str(Path(name).resolve().relative_to(tree.resolve())) if Path(name).is_absolute() \
+                and Path(name).resolve().is_relative_to(tree.resolve()) else name
+            by_path[rel] = data
+        for path, lines in sorted(changed.items()):
+            data = by_path.get(path)
+            if data is None:
+                rows.append([f"`{path}`", report.stem, "", "not imported by any test", ""])
+                continue
+            executable = lines & (set(data.get("executed_lines", []))
+                                  | set(data.get("missing_lines", [])))
+            missing = sorted(executable & set(data.get("missing_lines", [])))
+            tests = sorted({c for n in executable - set(missing)
+                            for c in data.get("contexts", {}).get(str(n), []) if c})
+            rows.append([f"`{path}`", report.stem,
+                         f"{len(executable) - len(missing)} / {len(executable)}",
+                         _ranges(missing) or "none",
+                         ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3
+                                                 else "")])
+    return ("Line coverage of the changed Python lines (coverage.py with test contexts):\n\n"
+            + _table(["file", "machine", "changed lines executed", "changed lines no test "
+                      "executed", "tests (contexts)"], rows))
+
+
+def _coverage(g, coverage: str | None, root: Path | None = None) -> str:
     if not g.paths:
         return ""
     rows = [[r.get("path", ""), r.get("format", ""), r.get("conditions", ""),
              r.get("expected", ""),
-             "; ".join(f"{k}: {r[k]}" for k in ("source", "static", "executed", "measured")
-                       if r.get(k)),
+             "; ".join([f"{k}: {r[k]}" for k in ("source", "static", "executed", "measured")
+                        if r.get(k)] + ([_routes(root, r["route"])]
+                                        if r.get("route") and root else [])),
              r.get("unverified", "")] for r in g.paths]
     text = "Path coverage:\n\n" + _table(
         ["path", "format", "key conditions", "expected selection / fallback",
@@ -250,7 +319,7 @@ def _contract(root: Path, g, checked: list[claims.Checked]) -> str:
 
 def render(root: Path, tree: Path, template: str, g, b, built, stacks,
            checked: list[claims.Checked], dup: str | None, base_label: str,
-           coverage: str | None = None) -> str:
+           coverage: str | None = None, base: str | None = None) -> str:
     hand = hand_text(root, g.text)
     blocks = {
         "overview": hand.get("overview", ""),
@@ -262,7 +331,9 @@ def render(root: Path, tree: Path, template: str, g, b, built, stacks,
         "test_plan": _test_plan(root, g, base_label),
         "test_results": _test_results(root, g),
         "ab": _ab(root, g),
-        "coverage": _coverage(g, coverage),
+        "coverage": _coverage(g, coverage if coverage is not None else (
+            line_coverage(root, tree, b.lower or base, b.head) if b.head and base else None),
+            root),
         "contract": _contract(root, g, checked),
     }
     return fill(template, blocks)

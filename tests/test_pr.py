@@ -320,3 +320,32 @@ def test_real_results_files_share_the_schema():
     for g in pr.read_groups(root):
         for c in g.claims:
             assert claims.resolve(claims.load(root, c.file), c.path) is not None
+
+
+def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    repo = series.work_repo(root)
+    folder = root / ".work/pr/coverage"
+    folder.mkdir(parents=True)
+    # kernel.py lines 6-7 are the PR's (host_reduce_limit): 6 ran in a test, 7 did not
+    (folder / "cpu-ci.json").write_text(json.dumps({"files": {
+        str(repo / "vllm/config/kernel.py"): {
+            "executed_lines": [1, 2, 6], "missing_lines": [7],
+            "contexts": {"6": ["tests/test_a.py::test_a|run"]}}}}))
+    run(root)
+    body = (root / ".work/pr/host/body.md").read_text()
+    row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | cpu-ci"))
+    assert "| 1 / 2 | 7 | tests/test_a.py::test_a|run |".replace("|run", "\\|run") in row
+    assert "| `vllm/host_reduce.py` | cpu-ci |  | not imported by any test |" in body
+
+
+def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
+    groups = GROUPS.replace('unverified = "Turing"', 'unverified = "Turing"\nroute = "HOST_REDUCE"')
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md", groups)
+    data = json.loads((root / "results/bench.json").read_text())
+    data["boots"] = [{"route_lines": ["Using ['HOST_REDUCE', 'PYNCCL']"]},
+                     {"route_lines": ["Using ['PYNCCL']"]}]
+    (root / "results/bench.json").write_text(json.dumps(data))
+    run(root)
+    assert "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)" in (
+        root / ".work/pr/host/body.md").read_text()
