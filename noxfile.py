@@ -80,7 +80,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def pr(session: nox.Session) -> None:
-    """Pull requests from the series: -- --signoff "Name <mail>" [--onto vllm==X] [--others DIR] [--check]."""
+    """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
     session.install(TOOLKIT, GITPYTHON)
     session.run("python", "-m", "serieskit", "pr", *session.posargs)
 

@@ -6,9 +6,10 @@ results/README.md), ``path`` where the figure is in it. A claim is good when
 the file and the path exist, its unit is the figure's, its machine is the
 file's, and the file's series is not older than the pull request's files:
 every file the pull request changes has, at the pull request's head or at
-the series head, the blob the run recorded (``series.files``), or the group names it with the reason it
-does not matter for that file (``changed_since``). ``external`` files (the
-seed's figures) have no series tree and are labelled as theirs.
+the series head, the blob the run recorded (``series.files``), or the group
+names it with the reason it does not matter for that file
+(``changed_since``). ``external`` files (the seed's figures) have no series
+tree and are labelled as theirs.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     ov.add_argument("--gpu", action="store_true",
                     help="also pack .dev/gpu/part1 and part2 for the GPU machine")
     pr = command("pr", cmd_pr, "upstream pull requests from the series, with their evidence")
-    pr.add_argument("--onto", help="vllm==VERSION: the series tree to build on (default: the pin's)")
+    pr.add_argument("--onto", help="vllm==VERSION: the series tree to build on (default: pin)")
     pr.add_argument("--signoff", metavar="\"NAME <MAIL>\"",
                     help="the contributor: author, committer and DCO Signed-off-by")
     pr.add_argument("--others", type=Path, help="folder of other PRs as N.diff (+ metadata JSON)")

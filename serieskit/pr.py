@@ -24,6 +24,7 @@ import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from serieskit import base, claims, duplicates, git, series
 from serieskit.errors import ToolkitError
@@ -142,7 +143,7 @@ def target_tree(root: Path, onto: str | None) -> Path:
     return series.applied_tree(root)
 
 
-def series_commits(repo, base_commit: str) -> dict[str, object]:
+def series_commits(repo, base_commit: str) -> dict[str, Any]:
     """Patch-Name -> commit of the series (GitPython commits)."""
     out = {}
     for c in repo.iter_commits(f"{base_commit}..HEAD", reverse=True):
@@ -247,7 +248,8 @@ def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
             b = built[g.name] = Built(g)
             lower = built[st[g.name][-2].name] if len(st[g.name]) > 1 else None
             if lower and lower.head is None:
-                b.problems.append(f"the pull request it stacks on ({lower.group.name}) did not build")
+                b.problems.append(
+                    f"the pull request it stacks on ({lower.group.name}) did not build")
                 continue
             b.lower = lower.head if lower else None
             git.git(wt, "checkout", "-q", "--detach", b.lower or base_commit)
@@ -264,7 +266,7 @@ def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
                     break
             if b.problems:
                 continue
-            b.head = git.rev(wt, "HEAD")
+            b.head = head = git.rev(wt, "HEAD") or ""
             b.own = [(c.hexsha, c.summary) for c in
                      gp.Repo(wt).iter_commits(f"{b.lower or base_commit}..{b.head}", reverse=True)]
             have = _versions(repo, g.name)
@@ -279,7 +281,7 @@ def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
                 n = max(have, default=0) + 1
             b.version, b.ref = n, f"{REF}/{g.name}/v{n}"
             gp.Reference.create(repo, b.ref, b.head, force=True)
-            log(f"pr: {b.ref} = {b.head[:12]} ({len(b.own)} commit(s) to review)")
+            log(f"pr: {b.ref} = {head[:12]} ({len(b.own)} commit(s) to review)")
     finally:
         git.run(tree, "worktree", "remove", "--force", str(wt))
         git.run(tree, "worktree", "prune")
@@ -345,7 +347,7 @@ def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims
     add(f"at most {MAX_OPEN} pull requests in a stack",
         [f"{n_groups} pull requests in the set, {stack_len} in this stack"]
         if max(n_groups, stack_len) > MAX_OPEN else [])
-    counted = rfc_lines(tree, b.lower or state.base, b.head) if b.head else 0
+    counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
     rfc = b.group.rfc
     add(f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
         [] if counted <= RFC_LINES or (rfc and (root / rfc).is_file()) else

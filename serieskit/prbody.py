@@ -165,8 +165,9 @@ def _test_results(root: Path, g) -> str:
     for f in files:
         cpu = _junit(root, f)
         if cpu:
-            rows.append([f"`{f}`", "CPU (CI)", str(cpu["passed"]), str(cpu["failed"] + cpu["errors"]),
-                         str(cpu["skipped"]), "`.work/test-results` (nox -s test)"])
+            rows.append([f"`{f}`", "CPU (CI)", str(cpu["passed"]),
+                         str(cpu["failed"] + cpu["errors"]), str(cpu["skipped"]),
+                         "`.work/test-results` (nox -s test)"])
         for name, data in _results(root):
             c = data.get("test_files", {}).get(f)
             if data["kind"] == "tests" and c:
@@ -203,7 +204,8 @@ def _ab(root: Path, g) -> str:
                      "" if hidden is None else claims.fmt(hidden, "%"),
                      claims.fmt(peak_v, "MiB") if peak_v != "" else ""])
     if "p2p_on_prefill_total_mean_s" in s:
-        rows.append(["P2P on, reference (ceiling)", claims.fmt(s["p2p_on_prefill_total_mean_s"], "s"),
+        rows.append(["P2P on, reference (ceiling)",
+                     claims.fmt(s["p2p_on_prefill_total_mean_s"], "s"),
                      claims.fmt((s["p2p_on_prefill_total_mean_s"] / ref - 1) * 100, "%")
                      if ref else "", "", ""])
     order = ", ".join(data.get("order", []))
@@ -261,9 +263,9 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
         files = json.loads(report.read_text()).get("files", {})
         by_path = {}
         for name, data in files.items():
-            rel = str(Path(name).resolve().relative_to(tree.resolve())) if Path(name).is_absolute() \
-                and Path(name).resolve().is_relative_to(tree.resolve()) else name
-            by_path[rel] = data
+            full = Path(name).resolve()
+            inside = Path(name).is_absolute() and full.is_relative_to(tree.resolve())
+            by_path[str(full.relative_to(tree.resolve())) if inside else name] = data
         for path, lines in sorted(changed.items()):
             data = by_path.get(path)
             if data is None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
-from conftest import BASE_FILES, add_release, quiet
 
-from serieskit import base, claims, duplicates, git, pr, prbody, series
+from conftest import BASE_FILES, add_release, quiet
+from serieskit import base, claims, duplicates, git, pr, series
 from serieskit.errors import ToolkitError
 from serieskit.state import State
 
@@ -29,7 +29,8 @@ PATCHES = [
     ("a1", {"vllm/config/kernel.py": KERNEL_A, "docs/ref.md": "# reference\nhost_reduce\n",
             "tests/test_a.py": "def test_a():\n    pass\n"},
      "[Kernel] Host reduce, kernel mode"),
-    ("c1", {"vllm/config/kernel.py": KERNEL_C, "vllm/overlap.py": "def overlap_halves():\n    return 2\n"},
+    ("c1", {"vllm/config/kernel.py": KERNEL_C,
+            "vllm/overlap.py": "def overlap_halves():\n    return 2\n"},
      "[Perf] Overlap in two halves"),
     ("a2", {"vllm/host_reduce.py": "def copy_engine_mode():\n    return 1\n"},
      "[Kernel] Copy-engine mode"),
@@ -249,8 +250,9 @@ def test_duplicate_check_names_the_overlapping_pr(proot, tmp_path):
     assert "- #18" not in body and "No overlap of any kind with the other 1 PR(s)" in body
     # a Python function both change: the AST of our base names it
     repo = series.work_repo(proot)
-    us, found = duplicates.check_all(repo, State.load(proot).base, git.rev(repo, "refs/series/pr/host/v1"),
-                                     State.load(proot).base, [], others)
+    start = State.load(proot).base
+    us, found = duplicates.check_all(repo, start, git.rev(repo, "refs/series/pr/host/v1"),
+                                     start, [], others)
     assert "KernelConfig" in us.functions["vllm/config/kernel.py"] or \
         "KernelConfig.host_reduce_limit" in us.functions["vllm/config/kernel.py"]
     assert found[0].number == "17" and found[0].functions
