@@ -177,7 +177,8 @@ def _test_results(root: Path, g) -> str:
                              f"`{name}` (series {commit}, {data['date']})"])
     if not rows:
         return "No test results recorded for these files yet."
-    return _table(["test file", "machine", "passed", "failed", "skipped", "evidence"], rows)
+    return _table(["test file", "machine", "passed", "failed or errors", "skipped", "evidence"],
+                  rows)
 
 
 def _numbers(x: object) -> list[float]:
@@ -215,7 +216,7 @@ def _ab(root: Path, g) -> str:
             "(`warm:` boots are uncounted). Noise floor between the two reference boots: "
             f"{claims.fmt(s.get('noise_floor_pct'), '%')}.\n\n"
             + _table(["arm", "prefill, all five", "vs reference", "no-P2P penalty hidden",
-                      "peak memory (highest boot)"], rows))
+                      "peak memory per GPU (highest boot)"], rows))
 
 
 def _routes(root: Path, pattern: str) -> str:
