@@ -351,3 +351,16 @@ def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
     run(root)
     assert "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)" in (
         root / ".work/pr/host/body.md").read_text()
+
+
+def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
+    # the overlap without the PR it needs: its kernel.py hunk conflicts on the base
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     GROUPS.replace('depends = ["host"]\n', ""))
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = "overlap: applies to its ref: [Perf] Overlap in two halves does not apply"
+    assert msg in str(e.value)
+    checks = json.loads((root / ".work/pr/overlap/check.json").read_text())
+    assert checks["ref"] is None
+    assert git.rev(series.work_repo(root), "refs/series/pr/host/v1")  # the other one is built
