@@ -364,3 +364,17 @@ def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
     checks = json.loads((root / ".work/pr/overlap/check.json").read_text())
     assert checks["ref"] is None
     assert git.rev(series.work_repo(root), "refs/series/pr/host/v1")  # the other one is built
+
+
+def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    fork = tmp_path / "fork.git"
+    git.git(None, "init", "-q", "--bare", str(fork))
+    run(root)
+    assert git.rev(fork, "refs/heads/series-pr/host-v1") is None  # never by default
+    with pytest.raises(ToolkitError, match="--push needs --remote"):
+        run(root, push=True)
+    run(root, push=True, remote=str(fork))
+    repo = series.work_repo(root)
+    assert git.rev(fork, "refs/heads/series-pr/host-v1") == git.rev(repo, "refs/series/pr/host/v1")
+    assert git.rev(fork, "refs/heads/series-pr/overlap-v1")
