@@ -145,12 +145,15 @@ def _test_plan(root: Path, g, base_label: str) -> str:
     lines = ["CPU, as CI runs them (`nox -s test`: one pytest process per file, the patched "
              f"tree on vLLM {base_label}, torch CPU; GPU cases skip with their reason):", "",
              "```"] + [f"python -m pytest {f}" for f in files] + ["```"]
-    gpu = []
+    runs: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for name, data in _results(root):
         hit = [f for f in data.get("test_files", {}) if f in files]
         if data["kind"] == "tests" and hit:
-            cmds = data.get("commands") or [f"python -m pytest {f}" for f in hit]
-            gpu.append(f"{data['machine']['name']} ({name}):\n\n```\n" + "\n".join(cmds) + "\n```")
+            cmds = data.get("commands") or ([data["command"]] if data.get("command") else
+                                            [f"python -m pytest {f}" for f in hit])
+            runs.setdefault((data["machine"]["name"], tuple(cmds)), []).append(name)
+    gpu = [f"{machine} ({', '.join(names)}):\n\n```\n" + "\n".join(cmds) + "\n```"
+           for (machine, cmds), names in runs.items()]
     if gpu:
         lines += ["", "On GPUs (no Turing or Volta GPU is available: sm_75 code runs on an H200 "
                   "through compute_75 PTX; the no-P2P path on two H200 with "
