@@ -28,7 +28,6 @@ LINT = (RUFF, *MYPY)
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
-GITPYTHON = "GitPython==3.2.1"
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -81,7 +80,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
-    session.install(TOOLKIT, GITPYTHON)
+    session.install(TOOLKIT, "GitPython==3.2.1")
     session.run("python", "-m", "serieskit", "pr", *session.posargs)
 
 
