@@ -78,6 +78,13 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+def pr(session: nox.Session) -> None:
+    """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
+    session.install(TOOLKIT, "GitPython==3.2.1")
+    session.run("python", "-m", "serieskit", "pr", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """check-layering (base vs series head), ruff and mypy on the changed files."""
     session.install(TOOLKIT, *LINT)
