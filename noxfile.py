@@ -111,7 +111,6 @@ def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
     session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, *LINT)
-    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):
