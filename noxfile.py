@@ -22,7 +22,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
-LINT = (lint.RUFF, *lint.MYPY)
+LINT = (lint.PRE_COMMIT, lint.PYYAML)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -74,7 +74,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """check-layering (base vs series head), ruff and mypy on the changed files."""
+    """The linted tree's own pre-commit hooks on what the series changes."""
     session.install(*LINT)
     session.run("python", "-m", "serieskit", "lint")
 

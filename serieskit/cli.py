@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="GPU machine: build with PTX, run every file, write results/")
     d = sub.add_parser("docs", help="regenerate the runtime reference in the work tree")
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
-    sub.add_parser("lint", help="check-layering, ruff and mypy on the series")
+    sub.add_parser("lint", help="the tree's own pre-commit hooks on the series")
     ov = sub.add_parser("overlay", help="overlays/vllm-VERSION: the patched Python tree")
     ov.add_argument("--gpu", action="store_true",
                     help="also pack .dev/gpu/part1 and part2 for the GPU machine")
@@ -62,24 +62,7 @@ def _applied_tree(root: Path) -> Path:
 
 
 def _lint(root: Path) -> int:
-    tree = _applied_tree(root)
-    state = series.State.load(root)
-    assert state.base
-    lint.require_tools()
-    script = tree / "tools/pre_commit/check_layering.py"
-    failed = lint.lint(tree, state.base, log=print)
-    if script.is_file():
-        pin = base.read_pin(root)
-        # On a rebased work tree (a fork's ref, say) the pinned upstream base
-        # is the reference: increases that the work tree's base has too are
-        # reported as "base reports the same" and do not fail.
-        ref = pin.commit if pin.commit and pin.commit != state.base else None
-        if not layering.check_series(tree, state.base, script,
-                                     series.layering_acknowledged(root), ref):
-            failed.append("check-layering")
-    if failed:
-        raise ToolkitError(f"lint failed: {', '.join(failed)}")
-    return 0
+    return lint.main(root)
 
 
 def _test(root: Path, gpu: bool) -> int:
