@@ -22,7 +22,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
-LINT = (lint.PRE_COMMIT, lint.PYYAML)
+LINT = lint.REQUIREMENTS
 
 
 def _toolkit(session: nox.Session, command: str) -> None:

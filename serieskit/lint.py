@@ -41,6 +41,9 @@ from serieskit.errors import ToolkitError
 
 PRE_COMMIT = "pre-commit==4.7.0"
 PYYAML = "PyYAML==6.0.3"
+# The session's own: pre-commit, the config reader, and regex for the tree's
+# check_layering.py, which the toolkit runs itself for the base-vs-head counts.
+REQUIREMENTS = (PRE_COMMIT, PYYAML, "regex")
 CONFIG = ".pre-commit-config.yaml"
 STAGE = "manual"  # the stage vLLM's CI runs ("manual # Run in CI")
 LOCAL_STAGES = {"pre-commit", "commit"}  # what a contributor's commit runs
