@@ -76,6 +76,7 @@ def _test(root: Path, gpu: bool) -> int:
             # vLLM's .gitignore ignores *.so: the work tree stays clean.
             shutil.copy2(report.module, tree / "vllm" / Path(report.module).name)
     outcomes = runner.run_all(tree, tests, out)
+    regressions = [] if gpu else runner.upstream(root, tree)  # upstream's CPU tests
     if gpu:
         head = series.State.load(root).head or ""
         dest = root / "results" / f"tests-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -83,7 +84,7 @@ def _test(root: Path, gpu: bool) -> int:
         tree_id = git.git(tree, "rev-parse", "HEAD^{tree}").strip()
         runner.write_results(dest, outcomes, head, {"series_tree": tree_id})
         print(f"test: results written to {dest.relative_to(root)}")
-    if any(not o.ok for o in outcomes):
+    if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
     return 0
 
