@@ -130,7 +130,8 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
     assert found == ["tests/test_up.py::tests.test_up::test_broken_by_series",
                      "tests/test_gone.py::tests.test_gone::test_a"]
     text = "\n".join(lines)
-    assert "base 3 passed (1 failed there too), series 1 passed, 1 regression(s)" in text
+    assert ("base 3 passed (1 failed there too), series 1 passed, 1 regression(s); "
+            "the series changes this file") in text
     assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
 
 
