@@ -274,9 +274,9 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> li
     for hook in hooks:
         if hook.verdict != "failed":
             continue
-        if hook.id.startswith("mypy"):
-            new = mypy_errors(hook.output) - base_mypy_errors(repo, work, config, base,
-                                                              hook.id, files)
+        if hook.id.startswith("mypy") and (errors := mypy_errors(hook.output)):
+            # A failure without error lines (mypy crashed) stays a failure.
+            new = errors - base_mypy_errors(repo, work, config, base, hook.id, files)
             if not new:
                 hook.verdict = "passed (its errors are the base's too)"
             else:
