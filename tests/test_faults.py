@@ -652,7 +652,7 @@ def test_rebase_two_conflicts_continue_status_abort(sk, root, cache):
 # --- 12: after a finished rebase --------------------------------------------
 
 # Upstream changes the context of patch 2: its rebased file differs.
-NEAR_PATCH_2 = {**BASE_FILES, "vllm/config/kernel.py": KERNEL.replace("b = 2", "b = 20")}
+NEAR_PATCH_2 = {**BASE_FILES, "vllm/config/kernel.py": KERNEL.replace("c = 3", "c = 30")}
 
 
 def test_finished_release_rebase_then_update_pin(sk, root, cache):
@@ -670,7 +670,7 @@ def test_finished_release_rebase_then_update_pin(sk, root, cache):
     assert pin.commit == rev(repo, "refs/series/base/0.0.2")
     after = patches(root)
     assert after[names(root)[1]] != before[names(root)[1]]  # patch 2 written anew
-    assert "b = 20" in after[names(root)[1]].decode()
+    assert "c = 30" in after[names(root)[1]].decode()
     ok(sk("export", "--check"))
     assert "matches patches/" in ok(sk("status")).out
 
@@ -727,12 +727,31 @@ out.write_text(text)
 '''
 
 
-@pytest.mark.parametrize("onto", ["release", "fork"])
-def test_docs_on_a_rebased_tree_refuses_before_rewriting(sk, root, cache, tmp_path, onto):
-    repo = make_series(sk, root)
+def make_docs_series(sk, root: Path) -> Path:
+    """A series whose first patch adds the reference generator and whose
+    second changes its source: ``docs`` would amend the second."""
+    ok(sk("apply"))
+    repo = work(root)
     commit_files(repo, {"tools/pre_commit/generate_runtime_reference.py": GENERATOR},
                  "[CI] Reference generator")
+    commit_files(repo, {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10")},
+                 "[Core] Change a")
     ok(sk("export"))
+    return repo
+
+
+def test_docs_rewrites_the_series_on_the_pin(sk, root):
+    """The control of the next test: on the pin, docs does rewrite."""
+    repo = make_docs_series(sk, root)
+    head = rev(repo, "HEAD")
+    ok(sk("docs"))
+    assert rev(repo, "HEAD") != head
+    assert "a = 10" in g(repo, "show", "HEAD:docs/design/architecture/runtime_reference.md")
+
+
+@pytest.mark.parametrize("onto", ["release", "fork"])
+def test_docs_on_a_rebased_tree_refuses_before_rewriting(sk, root, cache, tmp_path, onto):
+    repo = make_docs_series(sk, root)
     if onto == "release":
         add_release(cache, "0.0.2", NEAR_PATCH_2)
         ok(sk("rebase", "vllm==0.0.2"))
