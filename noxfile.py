@@ -15,14 +15,16 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, lint, series  # noqa: E402
+from serieskit import cli, series  # noqa: E402
+from serieskit.lint import MYPY, RUFF  # noqa: E402
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
-LINT = (lint.RUFF, *lint.MYPY)
+PRE_COMMIT = "pre-commit==4.7.0"
+LINT = (RUFF, *MYPY)
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
@@ -83,6 +85,13 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def lint_toolkit(session: nox.Session) -> None:
+    """The toolkit's own code through its .pre-commit-config.yaml (ruff, mypy)."""
+    session.install(PRE_COMMIT)
+    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure", *session.posargs)
+
+
+@nox.session
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each."""
     session.install(TOOLKIT, PYTEST, *series.test_requirements(ROOT))
@@ -91,9 +100,10 @@ def test(session: nox.Session) -> None:
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """What CI runs: the toolkit's tests, apply, export round-trip, build,
-    docs --check, lint and the series' CPU tests."""
-    session.install(TOOLKIT, PYTEST, *LINT)
+    """What CI runs: the toolkit's own checks and tests, apply, export
+    round-trip, build, docs --check, lint and the series' CPU tests."""
+    session.install(TOOLKIT, PYTEST, PRE_COMMIT, *LINT)
+    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):

@@ -180,7 +180,9 @@ def main() -> int:
     assert turing_prefill_available(), "vllm._sm7x_C not built"
     unified_attention = None
     if not a.no_triton:
-        from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+        from vllm.v1.attention.ops import triton_unified_attention
+
+        unified_attention = triton_unified_attention.unified_attention
 
     with tempfile.TemporaryDirectory() as tmp:
         ceiling = mma_ceiling(Path(tmp))
@@ -193,7 +195,7 @@ def main() -> int:
         flops = causal_flops(q_len, ctx)
         row: dict = {"query_len": q_len, "context_len": ctx, "flops": flops}
 
-        def kern(splits: int):
+        def kern(splits: int, out=out, inp=inp):  # bound now: called in this iteration
             return lambda: paged_prefill_attention_sm75(
                 out, inp["query"], inp["key_cache"], inp["value_cache"],
                 inp["block_table"], inp["cu_seqlens_q"], inp["seq_lens"],
@@ -210,7 +212,7 @@ def main() -> int:
             descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
             seq = q_len + ctx
 
-            def triton_fn():
+            def triton_fn(inp=inp, tout=tout, q_len=q_len, seq=seq, descale=descale):
                 unified_attention(
                     q=inp["query"], k=inp["key_cache"], v=inp["value_cache"],
                     out=tout, cu_seqlens_q=inp["cu_seqlens_q"], max_seqlen_q=q_len,
@@ -249,7 +251,7 @@ def main() -> int:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": _version("triton"),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(),
         "series_commit": os.environ.get("SERIES_COMMIT"),
         "shape": {"num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD,
                   "page_size": PAGE, "causal": True},

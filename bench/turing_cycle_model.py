@@ -15,6 +15,7 @@ import argparse
 import heapq
 import json
 import math
+from pathlib import Path
 
 SMS, CLOCK = 72, 1.77e9
 GROUP, KV_HEADS, ROWS, KEYS = 6, 2, 128, 32
@@ -90,7 +91,7 @@ def main() -> None:
     print("per-tile cycles (one SMSP, 2 warps):", json.dumps(bound))
     models = {"A (bound + exposed softmax)": bound["total"]}
     if a.h200_bench:
-        b = json.load(open(a.h200_bench))
+        b = json.loads(Path(a.h200_bench).read_text())
         row = next(r for r in b["rows"] if r["query_len"] == 2048
                    and r["context_len"] == 150 * 1024)
         frac = row["auto_split"]["fraction_of_mma_ceiling"]

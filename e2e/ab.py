@@ -59,7 +59,7 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
         proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            returncode = proc.wait(timeout=args.timeout)
+            returncode: int | str = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             # The whole group: vLLM's engine and workers hold the GPUs.
             os.killpg(proc.pid, signal.SIGKILL)
@@ -103,7 +103,7 @@ def keep_log(live: Path, name: str, out: Path) -> None:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # the shorter run ends it
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
@@ -238,7 +238,7 @@ def main() -> None:
     order = boot_order(arms, args.rounds, args.ceiling, not args.no_warm)
     boots: list[dict] = []
     data = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "model": args.model,
-            "layers": args.layers, "arms": arms, "order": [f"{l}:{a['name']}" for a, l in order],
+            "layers": args.layers, "arms": arms, "order": [f"{label}:{a['name']}" for a, label in order],
             "boots": boots, "env": machine()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,11 @@ class PeakMemory(threading.Thread):
             self.stop.wait(0.5)
 
 
-def margins(logprobs) -> list[float] | None:
+def margins(logprobs) -> list[float | None] | None:
     """Gap between the best and second-best log-probability at each step."""
     if not logprobs:
         return None
-    out = []
+    out: list[float | None] = []
     for entry in logprobs:
         vals = sorted((lp.logprob for lp in entry.values()), reverse=True)
         out.append(vals[0] - vals[1] if len(vals) > 1 else None)

@@ -23,8 +23,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import git
 from serieskit import _pipfetch as pipfetch
+from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
 
 PIN_FILE = "pin.toml"

@@ -304,7 +304,8 @@ def build(
         results += [compile_kernel_nvrtc(lib, include, tree, k, a, out) for k, a in rtc_jobs]
     objects = [obj for obj, _ in results[:len(jobs)]]
     names = _demangle([u.function for _, usage in results for u in usage])
-    for (k, _), (obj, usage) in zip(jobs + rtc_jobs, results):
+    sources = [k for k, _ in jobs] + [k for k, _ in rtc_jobs]
+    for k, (obj, usage) in zip(sources, results, strict=True):
         report.usage.extend(usage)
         report.sass[obj.name] = sass_summary(obj)
         for u in usage:
@@ -347,7 +348,7 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
     out = subprocess.run([tool], input="\n".join(symbols), capture_output=True,
                          text=True).stdout.splitlines()
     short = {}
-    for sym, full in zip(symbols, out):
+    for sym, full in zip(symbols, out, strict=False):  # c++filt may stop early
         head = full.replace("(anonymous namespace)::", "").split("(", 1)[0]
         short[sym] = head.rsplit("::", 1)[-1] if "::" in head else head
     return short

@@ -73,13 +73,15 @@ def sources(tree: Path) -> list[str]:
     script = _generator(tree)
     module = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
     for node in module.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign)
-            else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "SOURCES" for t in targets):
             try:
-                entries = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                entries = ast.literal_eval(value)
             except ValueError as e:
                 raise ToolkitError(f"{GENERATOR}: SOURCES is not a literal list") from e
             paths = [str(e).partition(":")[0] for e in entries]
@@ -120,7 +122,7 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
         raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
     changed = [git.git(tree, "log", "-1", "--format=%s", c).strip()
-               for c, old in zip(after, before.values())
+               for c, old in zip(after, before.values(), strict=True)
                if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old]
     for subject in changed:
         log(f"docs: regenerated {OUTPUT} in \"{subject}\"")

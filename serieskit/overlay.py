@@ -57,7 +57,7 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
 
 
 def pack_gpu(tree: Path, out: Path, version: str, commit: str,
-             extra: list[str] = (), log=print) -> None:
+             extra: tuple[str, ...] | list[str] = (), log=print) -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
     wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
@@ -88,9 +88,9 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
                 tar.add(tree / path, arcname=path,
                         filter=lambda ti: None if "__pycache__" in ti.name else ti)
         stamp = f"{commit}\n".encode()  # the commit; its tree id names the content
-        info = tarfile.TarInfo("SERIES_COMMIT")
-        info.size = len(stamp)
-        tar.addfile(info, io.BytesIO(stamp))
+        commit_info = tarfile.TarInfo("SERIES_COMMIT")
+        commit_info.size = len(stamp)
+        tar.addfile(commit_info, io.BytesIO(stamp))
     (p2 / "VERSION").write_text(version + "\n")
     whl = p2 / "whl"
     whl.mkdir()

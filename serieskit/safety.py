@@ -126,8 +126,9 @@ def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) ->
     dirty = git.dirty_files(repo)
     tips = [t for t in ("HEAD", f"refs/heads/{BRANCH}") if git.rev(repo, t)]
     known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
-    # Commits already under a backup ref are saved: not the user's to lose.
-    saved = git.git(repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF).split()
+    # Commits under a backup ref are saved, base commits are the toolkit's own.
+    saved = git.git(repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF,
+                    "refs/series/base").split()
     exclude = [f"^{k}" for k in (*known, *saved)]
     out = git.git(repo, "log", "--reverse", "--format=%H %s", *tips, *exclude)
     commits = [tuple(line.split(" ", 1)) for line in out.splitlines() if line]

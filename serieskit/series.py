@@ -411,7 +411,7 @@ def check_manifest(root: Path, repo: Path, base_commit: str, names: list[str]) -
                 for e in entries if any(k not in e for k in REQUIRED)]
     listed = [e.get("name") for e in entries]
     trailers = commit_names(repo, base_commit)
-    for (cid, subject, name), file in zip(trailers, names):
+    for cid, subject, name in trailers:
         if name is None:
             problems.append(f"commit {cid[:12]} \"{subject}\" has no {NAME_TRAILER}: trailer "
                             f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "

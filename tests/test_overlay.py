@@ -1,0 +1,102 @@
+"""The overlay and the GPU machine's two loads, from a synthetic wheel."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from serieskit import base, overlay
+from serieskit.errors import ToolkitError
+
+
+def make_tree(path: Path) -> Path:
+    for name, text in {"vllm/__init__.py": "X = 1\n", "vllm/sub/mod.py": "Y = 2\n",
+                       "vllm/_sm7x_C.abi3.so": "stale\n", "vllm/__pycache__/m.pyc": "x",
+                       "csrc/sm7x/k.cu": "// kernel\n", "tests/t.py": "def test(): pass\n"}.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    return path
+
+
+def add_wheel(cache: Path, version: str, core: bytes) -> Path:
+    """A wheel in the cache, as base.fetch leaves a verified download."""
+    wheel = cache / overlay.WHEEL.format(v=version)
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(overlay.CORE, core)
+        z.writestr(overlay.FA_DIR + "__init__.py", "FA = 3\n")
+        z.writestr(overlay.FA_DIR + overlay.FA_SKIP, b"\0" * 1000)
+        z.writestr("vllm/other.py", "")
+    wheel.with_suffix(".sha256").write_text(base.sha256_of(wheel) + "\n")
+    return wheel
+
+
+def test_overlay_copies_the_python_tree_and_the_built_module(tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    module = tmp_path / "build" / "_sm7x_C.abi3.so"
+    module.parent.mkdir()
+    module.write_text("fresh\n")
+    out = overlay.build_overlay(tree, tmp_path / "ov", module, log=lambda *a: None)
+    assert (out / "vllm/sub/mod.py").read_text() == "Y = 2\n"
+    assert not (out / "vllm/__pycache__").exists()
+    assert (out / "vllm/_sm7x_C.abi3.so").read_text() == "fresh\n"  # the built one, not the tree's
+
+
+@pytest.fixture
+def no_pip(monkeypatch):
+    """pip download of the GPU image's wheels, recorded instead of run."""
+    calls: list[list[str]] = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        (Path(cmd[cmd.index("-d") + 1]) / "dep-1.0-py3-none-any.whl").write_text("whl")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(overlay.subprocess, "run", fake_run)
+    return calls
+
+
+def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
+    tree = make_tree(tmp_path / "tree")
+    add_wheel(cache, "9.1.0", b"core module " * 100)
+    out = tmp_path / "gpu"
+    overlay.pack_gpu(tree, out, "9.1.0", "c0ffee", ["csrc/sm7x", "tests/t.py"],
+                     log=lambda *a: None)
+    with lzma.open(out / "part1" / "_C_stable_libtorch.abi3.so.xz") as f:
+        assert f.read() == b"core module " * 100
+    assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
+    with tarfile.open(out / "part2" / "fa.tar.xz") as tar:
+        assert tar.getnames() == [overlay.FA_DIR + "__init__.py"]  # FA2 library left out
+    with tarfile.open(out / "part2" / "overlay.tgz") as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile("SERIES_COMMIT").read() == b"c0ffee\n"
+    assert {"vllm/sub/mod.py", "csrc/sm7x/k.cu", "tests/t.py"} <= names
+    assert not any(n.endswith((".so", ".pyc")) for n in names)
+    assert "--python-version" in no_pip[0] and "3.12" in no_pip[0]
+    listed = (out / "MANIFEST.sha256").read_text()
+    assert "part2/whl/dep-1.0-py3-none-any.whl" in listed and "part1/" in listed
+
+
+def test_part1_is_made_once_per_wheel(tmp_path, cache, no_pip):
+    tree = make_tree(tmp_path / "tree")
+    add_wheel(cache, "9.1.0", b"core")
+    out = tmp_path / "gpu"
+    overlay.pack_gpu(tree, out, "9.1.0", "a", log=lambda *a: None)
+    core = out / "part1" / "_C_stable_libtorch.abi3.so.xz"
+    stamp = core.stat().st_mtime_ns
+    overlay.pack_gpu(tree, out, "9.1.0", "b", log=lambda *a: None)
+    assert core.stat().st_mtime_ns == stamp
+
+
+def test_a_load_over_the_limit_is_refused(tmp_path, cache, no_pip):
+    tree = make_tree(tmp_path / "tree")
+    (tree / "vllm/big.bin").write_bytes(os.urandom(61 * 2**20))
+    add_wheel(cache, "9.1.0", b"core")
+    with pytest.raises(ToolkitError, match="over what one run takes"):
+        overlay.pack_gpu(tree, tmp_path / "gpu", "9.1.0", "a", log=lambda *a: None)
