@@ -317,6 +317,18 @@ def test_status_after_a_killed_apply_names_the_patch_and_says_apply(sk, root):
     assert "nox -s export" not in res.out
 
 
+def test_failed_apply_then_the_patch_fixed_applies(sk, root):
+    make_series(sk, root)
+    good = fresh_apply(sk, root)
+    path = root / "patches" / names(root)[1]
+    fixed = path.read_bytes()
+    break_context(root, 1)
+    error_line(sk("apply"))
+    path.write_bytes(fixed)
+    ok(sk("apply"))
+    assert rev(work(root), "HEAD") == good
+
+
 def test_export_with_head_detached_behind_the_series_refuses(sk, root):
     repo = make_series(sk, root)
     before = patches(root)
@@ -563,10 +575,13 @@ def test_pin_sha256_is_checked_on_every_apply(sk, root, cache, monkeypatch):
     data = sdist.read_bytes()
     calls: list[str] = []
     monkeypatch.setattr(base, "_download", no_download(calls))
+    repo = work(root)
+    head, before = rev(repo, "HEAD"), patches(root)
     set_pin_sha(root, other_sha(root))
     line = error_line(sk("apply"))
     assert "sha256" in line, line
     assert sdist.read_bytes() == data
+    assert rev(repo, "HEAD") == head and patches(root) == before
 
 
 @pytest.mark.parametrize("download", ["raises", "serves other bytes"])
@@ -878,6 +893,34 @@ def test_export_after_a_dropped_commit_keeps_the_removed_patch(sk, root):
     assert any(named_in(res.text, folder, root) for folder in [kept[0], *kept[0].parents]
                if folder.is_relative_to(root / ".work" / "backup")
                and folder != root / ".work" / "backup"), res.text
+
+
+def test_export_rewriting_a_patch_keeps_its_previous_version(sk, root):
+    repo = make_series(sk, root)
+    name = names(root)[2]
+    old = (root / "patches" / name).read_bytes()
+    g(repo, "commit", "-q", "--amend", "-m", SUBJECTS[2], "-m", "Why: said better.")
+    res = ok(sk("export"))
+    assert (root / "patches" / name).read_bytes() != old
+    assert b"Why: said better." in (root / "patches" / name).read_bytes()
+    kept = [p for p in files_under(root / ".work" / "backup") if p.read_bytes() == old]
+    assert kept, files_under(root / ".work" / "backup")
+    assert any(named_in(res.text, folder, root) for folder in [kept[0], *kept[0].parents]
+               if folder.is_relative_to(root / ".work" / "backup")
+               and folder != root / ".work" / "backup"), res.text
+
+
+@pytest.mark.parametrize("command", ["status", "apply", "export"])
+def test_a_half_written_state_file_is_no_traceback(sk, root, command):
+    repo = make_series(sk, root)
+    head, before = rev(repo, "HEAD"), patches(root)
+    state = root / ".work" / "state.json"
+    state.write_text(state.read_text()[:40])
+    res = sk(command)
+    assert "Traceback" not in res.text
+    if res.rc:
+        error_line(res)
+    assert rev(repo, "series") == head and patches(root) == before
 
 
 # --- 16: apply over the user's work -----------------------------------------
