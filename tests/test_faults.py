@@ -629,28 +629,40 @@ RESOLVED = TWO_CONFLICTS["vllm/utils.py"].replace(
     "def f0():\n    return -1\n", "def f0():\n    return 100  # resolved by hand\n")
 
 
-def test_rebase_two_conflicts_continue_status_abort(sk, root, cache):
-    repo = make_series(sk, root)
-    old_head, before = rev(repo, "HEAD"), patches(root)
-    pin_before = (root / "pin.toml").read_bytes()
+def stop_twice(sk, root: Path, cache: Path) -> tuple[Path, Result]:
+    """A rebase onto 0.0.2 stopped at patch 1, resolved by hand, continued,
+    and stopped again at patch 3; returns the work tree and the continue's result."""
+    repo = work(root)
     add_release(cache, "0.0.2", TWO_CONFLICTS)
-
     res = sk("rebase", "vllm==0.0.2")
     error_line(res)
     assert SUBJECTS[0] in res.text or names(root)[0] in res.text, res.text
     (repo / "vllm/utils.py").write_text(RESOLVED)
     g(repo, "add", "vllm/utils.py")
-
     res = sk("rebase", "--continue")
     error_line(res)
     assert SUBJECTS[2] in res.text or names(root)[2] in res.text, res.text
-    for said in (res.text, ok(sk("status")).out):
-        assert "0.0.2" in said
-        assert SUBJECTS[2] in said or names(root)[2] in said, said
-        assert "rebase -- --continue" in said and "rebase -- --abort" in said, said
-        assert "on the pin's base" not in said, said
-        assert "nox -s export" not in said and "nox -s apply" not in said, said
+    assert (repo / ".git" / "rebase-merge").exists() or (repo / ".git" / "rebase-apply").exists()
+    return repo, res
 
+
+@pytest.mark.parametrize("which", ["continue", "status"])
+def test_second_rebase_stop_says_where_and_how_to_go_on(sk, root, cache, which):
+    make_series(sk, root)
+    _, res = stop_twice(sk, root, cache)
+    said = res.text if which == "continue" else ok(sk("status")).out
+    assert "0.0.2" in said
+    assert SUBJECTS[2] in said or names(root)[2] in said, said
+    assert "rebase -- --continue" in said and "rebase -- --abort" in said, said
+    assert "on the pin's base" not in said, said
+    assert "nox -s export" not in said and "nox -s apply" not in said, said
+
+
+def test_rebase_abort_after_two_stops_keeps_the_resolution(sk, root, cache):
+    repo = make_series(sk, root)
+    old_head, before = rev(repo, "HEAD"), patches(root)
+    pin_before = (root / "pin.toml").read_bytes()
+    stop_twice(sk, root, cache)
     res = ok(sk("rebase", "--abort"))
     assert rev(repo, "HEAD") == old_head and rev(repo, "series") == old_head
     assert not (repo / ".git" / "rebase-merge").exists()
@@ -662,6 +674,7 @@ def test_rebase_two_conflicts_continue_status_abort(sk, root, cache):
                                                          "--", "vllm/utils.py")
                for ref in named), named
     assert patches(root) == before and (root / "pin.toml").read_bytes() == pin_before
+    assert "matches patches/" in ok(sk("status")).out
 
 
 # --- 12: after a finished rebase --------------------------------------------
