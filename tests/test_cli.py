@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_faults import TWO_CONFLICTS, cli_caller, make_series, rev
 
 from conftest import add_release
 from serieskit import cli
-from test_faults import TWO_CONFLICTS, make_series, rev, sk  # noqa: F401 (sk: a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,8 +68,17 @@ def test_argument_error_is_one_error_line(root, capsys, argv):
     assert not (root / ".work" / "vllm").exists()  # nothing was applied
 
 
-TWO_MODES = [["rebase", "vllm==0.0.3", "--continue"], ["rebase", "vllm==0.0.3", "--abort"],
-             ["rebase", "--continue", "--abort"], ["rebase", "vllm==0.0.3", "--continue", "--abort"]]
+TWO_MODES = [
+    ["rebase", "vllm==0.0.3", "--continue"],
+    ["rebase", "vllm==0.0.3", "--abort"],
+    ["rebase", "--continue", "--abort"],
+    ["rebase", "vllm==0.0.3", "--continue", "--abort"],
+]
+
+
+@pytest.fixture
+def sk(capsys, root):
+    return cli_caller(capsys, root)
 
 
 def test_two_rebase_modes_at_once_are_refused_during_a_stopped_rebase(sk, root, cache, capsys):
@@ -112,23 +121,31 @@ def test_help_is_not_an_error(root, capsys, argv):
 
 def run_module(root: Path, *argv: str) -> subprocess.CompletedProcess:
     """``python -m serieskit`` as a real process (on ``root``)."""
-    code = ("import sys; from pathlib import Path; sys.path.insert(0, %r)\n"
-            "from serieskit import cli; sys.exit(cli.run(sys.argv[1:], Path(%r)))"
-            % (str(REPO), str(root)))
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        f"import sys; from pathlib import Path; sys.path.insert(0, {str(REPO)!r})\n"
+        f"from serieskit import cli; sys.exit(cli.run(sys.argv[1:], Path({str(root)!r})))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize("argv", [["bogus"], ["build", "--arch", "80"],
-                                  ["rebase", "vllm==0.0.2", "--continue"]])
+@pytest.mark.parametrize(
+    "argv", [["bogus"], ["build", "--arch", "80"], ["rebase", "vllm==0.0.2", "--continue"]]
+)
 def test_argument_error_in_a_real_process(root, argv):
     proc = run_module(root, *argv)
     one_error_line(proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_python_dash_m_serieskit_argument_error():
-    proc = subprocess.run([sys.executable, "-m", "serieskit", "--bogus"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "serieskit", "--bogus"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     one_error_line(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -187,9 +204,24 @@ def test_help_ends_no_nox_session(noxfile, capsys, name):
 
 def test_nox_runs_the_next_session_after_a_bad_argument(tmp_path):
     pytest.importorskip("nox")
-    proc = subprocess.run([sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"),
-                           "-s", "status", "apply", "--", "--bogus"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(REPO / "noxfile.py"),
+            "-s",
+            "status",
+            "apply",
+            "--",
+            "--bogus",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Traceback" not in out, out

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,14 @@ from serieskit import base, cli
 from serieskit.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parent.parent
-USER = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
-        "GIT_COMMITTER_NAME": "Ada", "GIT_COMMITTER_EMAIL": "ada@example.com",
-        "GIT_AUTHOR_DATE": "1700000000 +0100", "GIT_COMMITTER_DATE": "1700000000 +0100"}
+USER = {
+    "GIT_AUTHOR_NAME": "Ada",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_AUTHOR_DATE": "1700000000 +0100",
+    "GIT_COMMITTER_DATE": "1700000000 +0100",
+}
 UTILS = BASE_FILES["vllm/utils.py"]
 KERNEL = BASE_FILES["vllm/config/kernel.py"]
 F0, F0_NEW = "def f0():\n    return 0\n", "def f0():\n    return 100\n"
@@ -53,9 +57,8 @@ class Result:
         return self.out + self.err
 
 
-@pytest.fixture
-def sk(capsys, root):
-    """``sk("apply", "--force")``: run the command line in this process on
+def cli_caller(capsys, root: Path):
+    """``call("apply", "--force")``: run the command line in this process on
     ``root`` (or ``at=``); returns rc, stdout, stderr."""
 
     def call(*argv: str, at: Path | None = None) -> Result:
@@ -64,12 +67,19 @@ def sk(capsys, root):
             rc = cli.run(list(argv), at or root)
         except SystemExit as e:  # pragma: no cover - reported as a failure below
             out, err = capsys.readouterr()
-            pytest.fail(f"cli.run({list(argv)}) raised SystemExit({e.code}) instead of "
-                        f"returning:\n{out}{err}")
+            pytest.fail(
+                f"cli.run({list(argv)}) raised SystemExit({e.code}) instead of "
+                f"returning:\n{out}{err}"
+            )
         out, err = capsys.readouterr()
         return Result(rc, out, err)
 
     return call
+
+
+@pytest.fixture
+def sk(capsys, root):
+    return cli_caller(capsys, root)
 
 
 def error_line(res: Result, *needles: str) -> str:
@@ -95,10 +105,10 @@ def ok(res: Result) -> Result:
 def g(repo: Path, *args: str, check: bool = True) -> str:
     """git as the user runs it (their identity, no toolkit settings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(USER, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
-               GIT_EDITOR="true", LC_ALL="C")
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                          text=True, env=env)
+    env.update(
+        USER, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", GIT_EDITOR="true", LC_ALL="C"
+    )
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)}: {proc.stdout}{proc.stderr}")
     return proc.stdout
@@ -135,8 +145,13 @@ def backup_refs(repo: Path) -> list[str]:
 
 
 def is_ancestor(repo: Path, commit: str, ref: str) -> bool:
-    return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", commit, ref],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "-C", str(repo), "merge-base", "--is-ancestor", commit, ref],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
 
 
 def refs_keeping(repo: Path, commit: str) -> list[str]:
@@ -162,8 +177,9 @@ def named_in(text: str, path: Path, root: Path) -> bool:
 
 
 def series_head_subjects(repo: Path, ref: str = "series", version: str = "0.0.1") -> list[str]:
-    return g(repo, "log", "--reverse", "--format=%s",
-             f"refs/series/base/{version}..{ref}").splitlines()
+    return g(
+        repo, "log", "--reverse", "--format=%s", f"refs/series/base/{version}..{ref}"
+    ).splitlines()
 
 
 def make_series(sk, root: Path) -> Path:
@@ -172,10 +188,14 @@ def make_series(sk, root: Path) -> Path:
     ok(sk("apply"))
     repo = work(root)
     commit_files(repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW)}, SUBJECTS[0])
-    commit_files(repo, {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10"),
-                        "vllm/new.py": "NEW = 1\n"}, SUBJECTS[1])
-    commit_files(repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW).replace(F10, F10_NEW)},
-                 SUBJECTS[2])
+    commit_files(
+        repo,
+        {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10"), "vllm/new.py": "NEW = 1\n"},
+        SUBJECTS[1],
+    )
+    commit_files(
+        repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW).replace(F10, F10_NEW)}, SUBJECTS[2]
+    )
     ok(sk("export"))
     assert len(names(root)) == 3
     return repo
@@ -194,9 +214,11 @@ def break_context(root: Path, index: int) -> str:
     name = names(root)[index]
     path = root / "patches" / name
     text = path.read_text()
-    old, new = {0: (" def f1():", " def f1_gone():"),
-                1: (" class KernelConfig:", " class KernelConfigGone:"),
-                2: (" def f11():", " def f11_gone():")}[index]
+    old, new = {
+        0: (" def f1():", " def f1_gone():"),
+        1: (" class KernelConfig:", " class KernelConfigGone:"),
+        2: (" def f11():", " def f11_gone():"),
+    }[index]
     assert f"\n{old}\n" in text, text
     path.write_text(text.replace(f"\n{old}\n", f"\n{new}\n", 1))
     return name
@@ -208,7 +230,7 @@ def truncate_last_diff(root: Path, index: int) -> str:
     path = root / "patches" / name
     text = path.read_text()
     assert text.count("\ndiff --git ") == 2, text
-    path.write_text(text[:text.rindex("\ndiff --git ") + 1])
+    path.write_text(text[: text.rindex("\ndiff --git ") + 1])
     return name
 
 
@@ -236,9 +258,12 @@ sys.exit(cli.run(["apply"], Path({root!r})))
 def killed_apply(root: Path, at: int = 2, when: str = "before") -> None:
     """A real apply process, SIGKILLed as it applies patch ``at`` (just before
     its ``git am`` runs, or just after it committed, before anything else)."""
-    proc = subprocess.run([sys.executable, "-c", KILL_APPLY.format(
-        repo=str(REPO), root=str(root), at=at, when=when)], capture_output=True, text=True,
-        timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_APPLY.format(repo=str(REPO), root=str(root), at=at, when=when)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
 
 
@@ -263,12 +288,22 @@ print(json.dumps(results))
 
 def cli_process(root: Path, *commands: list[str], timeout: float = 120) -> list[tuple]:
     """Run commands one after another in a separate process (for locks)."""
-    proc = subprocess.run([sys.executable, "-c", RUN_CLI.format(repo=str(REPO), root=str(root)),
-                           json.dumps(list(commands))], capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_CLI.format(repo=str(REPO), root=str(root)),
+            json.dumps(list(commands)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return [(argv, Result(rc, out, err), secs)
-            for argv, rc, out, err, secs in json.loads(proc.stdout.splitlines()[-1])]
+    return [
+        (argv, Result(rc, out, err), secs)
+        for argv, rc, out, err, secs in json.loads(proc.stdout.splitlines()[-1])
+    ]
 
 
 # --- 1, 2: export and status after a failed or killed apply ---------------------
@@ -403,13 +438,17 @@ def test_users_own_stopped_git_am_is_left_alone(sk, root, tmp_path):
     scratch.mkdir()
     g(scratch, "init", "-q")
     commit_files(scratch, {"vllm/utils.py": UTILS}, "base")
-    commit_files(scratch, {"vllm/utils.py": UTILS.replace(F0, "def f0():\n    return 7\n")},
-                 "My f0")
+    commit_files(
+        scratch, {"vllm/utils.py": UTILS.replace(F0, "def f0():\n    return 7\n")}, "My f0"
+    )
     g(scratch, "format-patch", "-q", "--full-index", "-1", "-o", str(tmp_path / "out"))
     patch = next((tmp_path / "out").iterdir())
-    proc = subprocess.run(["git", "-C", str(repo), "am", "--3way", str(patch)],
-                          capture_output=True, text=True,
-                          env={**os.environ, **USER, "GIT_CONFIG_GLOBAL": os.devnull})
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "am", "--3way", str(patch)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **USER, "GIT_CONFIG_GLOBAL": os.devnull},
+    )
     assert proc.returncode != 0
     assert (repo / ".git" / "rebase-apply").is_dir()
     # Half-way through resolving it by hand, with a note on the side.
@@ -423,8 +462,7 @@ def test_users_own_stopped_git_am_is_left_alone(sk, root, tmp_path):
     assert "in progress" in res.err
     assert (repo / ".git" / "rebase-apply" / "applying").exists()  # still in progress
     assert rev(repo, "HEAD") == head
-    assert (repo / "vllm/utils.py").read_text() == UTILS.replace(
-        F0, "def f0():\n    return 107\n")
+    assert (repo / "vllm/utils.py").read_text() == UTILS.replace(F0, "def f0():\n    return 107\n")
     assert (repo / "notes.txt").read_text() == "resolve f0\n"
     assert patches(root) == before
 
@@ -467,9 +505,11 @@ def test_work_tree_folder_without_git(sk, root):
     moved = [p for p in files_under(root / ".work" / "backup") if p.name == "notes.txt"]
     assert len(moved) == 1 and moved[0].read_text() == "my notes\n"
     assert (moved[0].parent / "vllm" / "new.py").read_text() == "NEW = 1\n"
-    assert any(named_in(res.text, folder, root) for folder in moved[0].parents
-               if folder.is_relative_to(root / ".work" / "backup")
-               and folder != root / ".work" / "backup"), res.text
+    assert any(
+        named_in(res.text, folder, root)
+        for folder in moved[0].parents
+        if folder.is_relative_to(root / ".work" / "backup") and folder != root / ".work" / "backup"
+    ), res.text
     assert series_head_subjects(work(root)) == SUBJECTS
     assert not (work(root) / "notes.txt").exists()
 
@@ -478,7 +518,7 @@ def test_work_tree_folder_without_git(sk, root):
 
 
 def test_truncated_last_patch_is_named(sk, root):
-    repo = make_series(sk, root)
+    make_series(sk, root)
     (root / "patches" / names(root)[2]).unlink()
     (root / "patches" / "series").write_text("".join(n + "\n" for n in names(root)[:2]))
     ok(sk("apply", "--force"))  # the work tree now holds patches 1-2
@@ -500,10 +540,21 @@ def test_truncated_middle_patch_is_named_not_a_later_one(sk, root):
 
 # --- 8: one session at a time -----------------------------------------------
 
-EVERY_COMMAND = [["apply"], ["apply", "--force"], ["export"], ["export", "--check"],
-                 ["export", "--force"], ["status"], ["rebase", "vllm==0.0.2"],
-                 ["rebase", "--continue"], ["rebase", "--abort"], ["rebase", "--update-pin"],
-                 ["docs"], ["docs", "--check"], ["build"]]
+EVERY_COMMAND = [
+    ["apply"],
+    ["apply", "--force"],
+    ["export"],
+    ["export", "--check"],
+    ["export", "--force"],
+    ["status"],
+    ["rebase", "vllm==0.0.2"],
+    ["rebase", "--continue"],
+    ["rebase", "--abort"],
+    ["rebase", "--update-pin"],
+    ["docs"],
+    ["docs", "--check"],
+    ["build"],
+]
 
 
 def test_a_held_lock_stops_every_command_at_once(sk, root):
@@ -528,9 +579,15 @@ def test_two_applies_started_together(sk, root):
     good = fresh_apply(sk, root)
     shutil.rmtree(root / ".work")
     script = RUN_CLI.format(repo=str(REPO), root=str(root))
-    procs = [subprocess.Popen([sys.executable, "-c", script, json.dumps([["apply"]])],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps([["apply"]])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)  # both end: no hang
@@ -567,6 +624,7 @@ def no_download(calls):
     def _download(name, version, dest, *a, **kw):
         calls.append(name)
         raise ToolkitError("the test has no network")
+
     return _download
 
 
@@ -586,18 +644,21 @@ def test_pin_sha256_is_checked_on_every_apply(sk, root, cache, monkeypatch):
 
 
 @pytest.mark.parametrize("download", ["raises", "serves other bytes"])
-def test_wrong_pin_sha256_from_scratch_keeps_the_cached_sdist(sk, root, cache, monkeypatch,
-                                                               download):
+def test_wrong_pin_sha256_from_scratch_keeps_the_cached_sdist(
+    sk, root, cache, monkeypatch, download
+):
     sdist = cache / "vllm-0.0.1.tar.gz"
     data = sdist.read_bytes()
     calls: list[str] = []
     if download == "raises":
         monkeypatch.setattr(base, "_download", no_download(calls))
     else:
+
         def _download(name, version, dest, *a, **kw):
             calls.append(name)
             Path(dest).write_bytes(b"not the sdist either\n")
             return {"sha256": None, "url": "http://example.invalid/x", "size": 21}
+
         monkeypatch.setattr(base, "_download", _download)
     set_pin_sha(root, other_sha(root))
     assert not (root / ".work").exists()
@@ -624,10 +685,15 @@ def test_unreachable_index_is_said_so(sk, root, monkeypatch):
 
 # --- 11: a rebase with two conflicts ----------------------------------------
 
-TWO_CONFLICTS = {**BASE_FILES, "vllm/utils.py": UTILS.replace(
-    F0, "def f0():\n    return -1\n").replace(F10, "def f10():\n    return -10\n")}
+TWO_CONFLICTS = {
+    **BASE_FILES,
+    "vllm/utils.py": UTILS.replace(F0, "def f0():\n    return -1\n").replace(
+        F10, "def f10():\n    return -10\n"
+    ),
+}
 RESOLVED = TWO_CONFLICTS["vllm/utils.py"].replace(
-    "def f0():\n    return -1\n", "def f0():\n    return 100  # resolved by hand\n")
+    "def f0():\n    return -1\n", "def f0():\n    return 100  # resolved by hand\n"
+)
 
 
 def stop_twice(sk, root: Path, cache: Path) -> tuple[Path, Result]:
@@ -671,9 +737,11 @@ def test_rebase_abort_after_two_stops_keeps_the_resolution(sk, root, cache):
     assert g(repo, "status", "--porcelain") == ""
     named = [ref for ref in BACKUP_REF.findall(res.text) if ref in backup_refs(repo)]
     assert named, (res.text, backup_refs(repo))
-    assert any("+    return 100  # resolved by hand" in g(repo, "log", "-p", "--format=", ref,
-                                                         "--", "vllm/utils.py")
-               for ref in named), named
+    assert any(
+        "+    return 100  # resolved by hand"
+        in g(repo, "log", "-p", "--format=", ref, "--", "vllm/utils.py")
+        for ref in named
+    ), named
     assert patches(root) == before and (root / "pin.toml").read_bytes() == pin_before
     assert "matches patches/" in ok(sk("status")).out
 
@@ -761,10 +829,14 @@ def make_docs_series(sk, root: Path) -> Path:
     second changes its source: ``docs`` would amend the second."""
     ok(sk("apply"))
     repo = work(root)
-    commit_files(repo, {"tools/pre_commit/generate_runtime_reference.py": GENERATOR},
-                 "[CI] Reference generator")
-    commit_files(repo, {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10")},
-                 "[Core] Change a")
+    commit_files(
+        repo,
+        {"tools/pre_commit/generate_runtime_reference.py": GENERATOR},
+        "[CI] Reference generator",
+    )
+    commit_files(
+        repo, {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10")}, "[Core] Change a"
+    )
     ok(sk("export"))
     return repo
 
@@ -853,8 +925,11 @@ def test_rebase_onto_a_missing_repository(sk, root):
 
 def test_build_reports_the_compilers_own_error(sk, root, tmp_path, monkeypatch):
     repo = make_series(sk, root)
-    commit_files(repo, {"csrc/sm7x/x.cu": "__global__ void k(float* x) { x[0] = 1.f; }\n"},
-                 "[Kernel] A kernel")
+    commit_files(
+        repo,
+        {"csrc/sm7x/x.cu": "__global__ void k(float* x) { x[0] = 1.f; }\n"},
+        "[Kernel] A kernel",
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     nvcc = bin_dir / "nvcc"
@@ -884,8 +959,9 @@ def test_status_without_state_file_still_sees_the_work_tree(sk, root):
 def test_export_over_hand_edited_patches_refuses(sk, root):
     make_series(sk, root)
     path = root / "patches" / names(root)[0]
-    edited = path.read_text().replace("Why: because the test says so.",
-                                      "Why: edited by hand in patches/.")
+    edited = path.read_text().replace(
+        "Why: because the test says so.", "Why: edited by hand in patches/."
+    )
     assert edited != path.read_text()
     path.write_text(edited)
     before = patches(root)
@@ -904,9 +980,11 @@ def test_export_after_a_dropped_commit_keeps_the_removed_patch(sk, root):
     assert names(root) == names(root)[:2]
     kept = [p for p in files_under(root / ".work" / "backup") if p.read_bytes() == old]
     assert kept, files_under(root / ".work" / "backup")
-    assert any(named_in(res.text, folder, root) for folder in [kept[0], *kept[0].parents]
-               if folder.is_relative_to(root / ".work" / "backup")
-               and folder != root / ".work" / "backup"), res.text
+    assert any(
+        named_in(res.text, folder, root)
+        for folder in [kept[0], *kept[0].parents]
+        if folder.is_relative_to(root / ".work" / "backup") and folder != root / ".work" / "backup"
+    ), res.text
 
 
 def test_export_rewriting_a_patch_keeps_its_previous_version(sk, root):
@@ -919,9 +997,11 @@ def test_export_rewriting_a_patch_keeps_its_previous_version(sk, root):
     assert b"Why: said better." in (root / "patches" / name).read_bytes()
     kept = [p for p in files_under(root / ".work" / "backup") if p.read_bytes() == old]
     assert kept, files_under(root / ".work" / "backup")
-    assert any(named_in(res.text, folder, root) for folder in [kept[0], *kept[0].parents]
-               if folder.is_relative_to(root / ".work" / "backup")
-               and folder != root / ".work" / "backup"), res.text
+    assert any(
+        named_in(res.text, folder, root)
+        for folder in [kept[0], *kept[0].parents]
+        if folder.is_relative_to(root / ".work" / "backup") and folder != root / ".work" / "backup"
+    ), res.text
 
 
 @pytest.mark.parametrize("command", ["status", "apply", "export"])
