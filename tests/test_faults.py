@@ -574,6 +574,41 @@ def test_a_held_lock_stops_every_command_at_once(sk, root):
     assert rev(repo, "HEAD") == head and patches(root) == before
 
 
+HOLD_LOCK = """
+import sys, time, filelock
+lock = filelock.FileLock(sys.argv[1])
+lock.acquire(timeout=10)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_lock_held_by_another_process_stops_a_session_in_this_one(sk, root):
+    pytest.importorskip("filelock")
+    repo = make_series(sk, root)
+    head = rev(repo, "HEAD")
+    (repo / "vllm/__init__.py").write_text("VERSION = 2\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(root / ".work" / "lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        for argv in (["apply", "--force"], ["status"], ["export"]):
+            line = error_line(sk(*argv))
+            assert "lock" in line and "another" in line.lower(), (argv, line)
+        assert time.monotonic() - start < 10
+    finally:
+        holder.communicate("", timeout=30)
+    assert rev(repo, "HEAD") == head
+    assert (repo / "vllm/__init__.py").read_text() == "VERSION = 2\n"
+    assert g(repo, "stash", "list") == ""
+    ok(sk("status"))  # the holder is gone: the lock is free again
+
+
 def test_two_applies_started_together(sk, root):
     make_series(sk, root)
     good = fresh_apply(sk, root)
