@@ -23,7 +23,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base, series
+from serieskit import base, git, series
 from serieskit.errors import ToolkitError, failed
 from serieskit.state import State
 
@@ -57,7 +57,7 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
 
 
 def pack_gpu(tree: Path, out: Path, version: str, commit: str,
-             extra: tuple[str, ...] | list[str] = (), log=print) -> None:
+             extra: tuple[str, ...] | list[str] = (), log=print, tree_id: str = "?") -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
     wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
@@ -87,10 +87,14 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
             if (tree / path).exists():
                 tar.add(tree / path, arcname=path,
                         filter=lambda ti: None if "__pycache__" in ti.name else ti)
-        stamp = f"{commit}\n".encode()  # the commit; its tree id names the content
-        commit_info = tarfile.TarInfo("SERIES_COMMIT")
-        commit_info.size = len(stamp)
-        tar.addfile(commit_info, io.BytesIO(stamp))
+        # What the results files name: the commit, the tree (the content,
+        # whatever the commit ids) and the release it sits on.
+        for name, value in (("SERIES_COMMIT", commit), ("SERIES_TREE", tree_id),
+                            ("BASE_VERSION", version)):
+            stamp = f"{value}\n".encode()
+            info_ = tarfile.TarInfo(name)
+            info_.size = len(stamp)
+            tar.addfile(info_, io.BytesIO(stamp))
     (p2 / "VERSION").write_text(version + "\n")
     whl = p2 / "whl"
     whl.mkdir()
@@ -121,4 +125,5 @@ def session(root: Path, gpu: bool = False, log=print) -> None:
     if gpu:
         head = State.load(root).head or "?"
         extra = ["csrc/sm7x", *series.test_files(root)]
-        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log)
+        tree_id = git.git(tree, "rev-parse", "HEAD^{tree}").strip()
+        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log, tree_id=tree_id)

@@ -67,7 +67,7 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     add_wheel(cache, "9.1.0", b"core module " * 100)
     out = tmp_path / "gpu"
     overlay.pack_gpu(tree, out, "9.1.0", "c0ffee", ["csrc/sm7x", "tests/t.py"],
-                     log=lambda *a: None)
+                     log=lambda *a: None, tree_id="7ree")
     with lzma.open(out / "part1" / "_C_stable_libtorch.abi3.so.xz") as f:
         assert f.read() == b"core module " * 100
     assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
@@ -75,7 +75,10 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
         assert tar.getnames() == [overlay.FA_DIR + "__init__.py"]  # FA2 library left out
     with tarfile.open(out / "part2" / "overlay.tgz") as tar:
         names = set(tar.getnames())
-        assert tar.extractfile("SERIES_COMMIT").read() == b"c0ffee\n"
+        stamps = {n: tar.extractfile(n).read() for n in ("SERIES_COMMIT", "SERIES_TREE",
+                                                          "BASE_VERSION")}
+    assert stamps == {"SERIES_COMMIT": b"c0ffee\n", "SERIES_TREE": b"7ree\n",
+                      "BASE_VERSION": b"9.1.0\n"}  # what gpu/run_tests.py records
     assert {"vllm/sub/mod.py", "csrc/sm7x/k.cu", "tests/t.py"} <= names
     assert not any(n.endswith((".so", ".pyc")) for n in names)
     assert "--python-version" in no_pip[0] and "3.12" in no_pip[0]
