@@ -467,6 +467,43 @@ def test_users_own_stopped_git_am_is_left_alone(sk, root, tmp_path):
     assert patches(root) == before
 
 
+@pytest.mark.parametrize("operation", ["rebase -i", "cherry-pick"])
+def test_users_own_stopped_git_operation_stops_apply_and_export(sk, root, operation):
+    repo = make_series(sk, root)
+    before = patches(root)
+    if operation == "rebase -i":  # stopped to edit the first patch's commit
+        env = {
+            **os.environ,
+            **USER,
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_SEQUENCE_EDITOR": "sed -i 1s/^pick/edit/",
+        }
+        subprocess.run(
+            ["git", "-C", str(repo), "rebase", "-i", "HEAD~3"],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
+        marker = repo / ".git" / "rebase-merge"
+    else:  # a conflicting commit of the user's, picked onto the series
+        g(repo, "checkout", "-q", "-b", "mine", "refs/series/base/0.0.1")
+        mine = commit_files(
+            repo, {"vllm/utils.py": UTILS.replace(F0, "def f0():\n    return 7\n")}, "My f0"
+        )
+        g(repo, "checkout", "-q", "series")
+        g(repo, "cherry-pick", mine, check=False)  # stops at the conflict
+        marker = repo / ".git" / "CHERRY_PICK_HEAD"
+    assert marker.exists()
+    (repo / "notes.txt").write_text("mid-way\n")
+    head = rev(repo, "HEAD")
+    for argv in (["apply"], ["export"]):
+        res = sk(*argv)
+        error_line(res, operation.split()[0])
+        assert marker.exists(), argv
+        assert rev(repo, "HEAD") == head and (repo / "notes.txt").read_text() == "mid-way\n"
+    assert patches(root) == before
+
+
 # --- 5: detached HEAD with an unexported commit on series -------------------
 
 
@@ -802,6 +839,8 @@ def test_finished_release_rebase_then_update_pin(sk, root, cache):
     assert pin.commit == rev(repo, "refs/series/base/0.0.2")
     after = patches(root)
     assert after[names(root)[1]] != before[names(root)[1]]  # patch 2 written anew
+    kept = files_under(root / ".work" / "backup")
+    assert any(p.read_bytes() == before[names(root)[1]] for p in kept), kept
     assert "c = 30" in after[names(root)[1]].decode()
     ok(sk("export", "--check"))
     assert "matches patches/" in ok(sk("status")).out
