@@ -43,7 +43,31 @@ def _unreachable(session, index_urls: list[str], name: str, options) -> str | No
     return "; ".join(reasons) or None
 
 
+def list_releases(name: str, specifier: str) -> int:
+    """Print (JSON) the versions of ``name`` matching ``specifier`` that have
+    a source distribution on the index, oldest first."""
+    from pip._vendor.packaging.specifiers import SpecifierSet
+
+    logging.getLogger("pip").setLevel(logging.ERROR)
+    cmd, options = _finder_and_session()
+    with cmd.main_context():
+        session = cmd.get_default_session(options)
+        finder = cmd._build_package_finder(options=options, session=session,
+                                           ignore_requires_python=True)
+        wanted = SpecifierSet(specifier)
+        found = {c.version for c in finder.find_all_candidates(name)
+                 if c.link.filename.endswith(".tar.gz") and c.version in wanted}
+        if not found and (reason := _unreachable(session, finder.search_scope.index_urls,
+                                                 name, options)):
+            print(reason, file=sys.stderr)
+            return UNREACHABLE
+    print(json.dumps([str(v) for v in sorted(found)]))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--list"]:
+        return list_releases(argv[1], argv[2])
     name, version, filename, dest = argv
     # pip warns about every find-links / file:// index that lacks the package.
     logging.getLogger("pip").setLevel(logging.ERROR)

@@ -12,7 +12,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import build, docs, lint, overlay, rebase, runner, safety, series, status
+from serieskit import (
+    build,
+    docs,
+    lint,
+    overlay,
+    rebase,
+    rebase_check,
+    runner,
+    safety,
+    series,
+    status,
+)
 from serieskit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +43,13 @@ def cmd_status(args: argparse.Namespace, root: Path) -> None:
 
 
 def cmd_rebase(args: argparse.Namespace, root: Path) -> None:
-    if args.cont + args.abort + bool(args.target) > 1 or (
+    if args.check:
+        if not args.target or args.cont or args.abort or args.update_pin:
+            raise ToolkitError("rebase --check takes one or more vllm==VERSION or a range, "
+                               "and nothing else")
+        rebase_check.check(root, args.target)
+        return
+    if args.cont + args.abort + bool(args.target) > 1 or len(args.target) > 1 or (
             not (args.cont or args.abort or args.target or args.update_pin)):
         raise ToolkitError("rebase takes one of: TARGET, --continue, --abort, --update-pin")
     if args.cont:
@@ -40,7 +57,7 @@ def cmd_rebase(args: argparse.Namespace, root: Path) -> None:
     elif args.abort:
         rebase.abort(root)
     elif args.target:
-        rebase.start(root, args.target, update_pin=args.update_pin, force=args.force)
+        rebase.start(root, args.target[0], update_pin=args.update_pin, force=args.force)
     else:
         rebase.update_pin(root)
 
@@ -101,7 +118,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="overwrite patches/ changed since the last apply (kept aside first)")
     command("status", cmd_status, "base, applied commits, differences, uncommitted files")
     r = command("rebase", cmd_rebase, "move the series onto another base")
-    r.add_argument("target", nargs="?", help="vllm==VERSION or REPO@REF")
+    r.add_argument("target", nargs="*", help="vllm==VERSION or REPO@REF (with --check: "
+                   "one or more vllm==VERSION, or a range such as 'vllm>=0.27,<=0.33')")
+    r.add_argument("--check", action="store_true",
+                   help="dry run: per patch clean / 3-way / conflict; changes nothing")
     r.add_argument("--continue", dest="cont", action="store_true",
                    help="go on after resolving a conflict")
     r.add_argument("--abort", action="store_true", help="give up; back to before")

@@ -7,19 +7,31 @@ On success a markdown report under reports/ holds the ``git range-diff`` of
 the series before and after. The pin (and with it patches/) moves with
 ``--update-pin``, given with the target or alone after a finished rebase onto
 a release; a fork's ref never becomes the pin.
+
+Help at each stop: the conflict hunks per file, upstream's own change to those
+files between the old and the new base, the command for zdiff3 markers. A
+resolution is made once: ``git rerere`` records it during the rebase, and
+the records are kept with the series in ``patches/resolutions/`` (loaded
+into the work tree before every rebase, saved after), so the same conflict
+on the next rebase, or on another machine, resolves itself.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
-from serieskit import base, git, safety, series
+from serieskit import base, git, rebase_check, safety, series
 from serieskit.errors import ToolkitError, last_line
 from serieskit.state import RebaseState, State
 
 REPORTS = "reports"
+RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
+# rerere on for the rebase's own git calls only (git.STABLE_CONFIG turns it off);
+# autoUpdate stages what a recorded resolution resolved.
+RERERE = ("-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true")
 
 
 def parse_target(target: str) -> tuple[str, str | None, str | None]:
@@ -72,8 +84,9 @@ def start(root: Path, target: str, update_pin: bool = False, force: bool = False
     state.save(root)
     n = len(git.commits(repo, f"{state.base}..HEAD"))
     log(f"rebase: {n} patch(es) from vLLM {state.base_label} onto {label} ({onto[:12]})")
-    proc = git.run(repo, "rebase", "--committer-date-is-author-date", "--no-autosquash",
-                   "--onto", onto, state.base, series.BRANCH)
+    load_resolutions(root, repo, log)
+    proc = git.run(repo, *RERERE, "rebase", "--committer-date-is-author-date",
+                   "--no-autosquash", "--onto", onto, state.base, series.BRANCH)
     return _after_git(root, proc, log)
 
 
@@ -92,7 +105,7 @@ def cont(root: Path, log=print) -> Path | None:
     if stopped and state.rebase:
         state.rebase.resolved.append(stopped[2])
         state.save(root)
-    proc = git.run(repo, "rebase", "--continue")
+    proc = git.run(repo, *RERERE, "rebase", "--continue")
     return _after_git(root, proc, log)
 
 
@@ -164,13 +177,58 @@ def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
 
 def _after_git(root: Path, proc, log) -> Path | None:
     repo = series.work_repo(root)
-    if proc.returncode == 0 and git.operation_in_progress(repo) is None:
-        return _finish(root, log)
-    if git.operation_in_progress(repo) != "rebase":
-        raise ToolkitError(f"git rebase failed: {last_line(proc.stderr, 'unknown error')}")
+    # A stop that recorded resolutions resolved whole goes on by itself.
+    last = None
+    while True:
+        if proc.returncode == 0 and git.operation_in_progress(repo) is None:
+            return _finish(root, log)
+        if git.operation_in_progress(repo) != "rebase":
+            raise ToolkitError(f"git rebase failed: {last_line(proc.stderr, 'unknown error')}")
+        where = progress(repo)
+        if where == last or git.git(repo, "diff", "--name-only", "--diff-filter=U").split():
+            break
+        last = where
+        state = State.load(root)
+        if where and state.rebase:
+            state.rebase.resolved.append(f"{where[2]} (recorded resolution)")
+            state.save(root)
+        log(f"rebase: patch {where[0] if where else '?'} resolved by a recorded resolution "
+            f"(patches/{RESOLUTIONS}/); going on")
+        proc = git.run(repo, *RERERE, "rebase", "--continue")
     for line in conflict_lines(root):
         log(line)
     raise ToolkitError("rebase stopped at a conflict; nothing is lost (see above)")
+
+
+def load_resolutions(root: Path, repo: Path, log=print) -> None:
+    """patches/resolutions/ into the work tree's rr-cache (git rerere's records)."""
+    src = root / series.PATCHES / RESOLUTIONS
+    if not src.is_dir():
+        return
+    dest = git.gitdir(repo) / "rr-cache"
+    n = 0
+    for entry in sorted(p for p in src.iterdir() if p.is_dir()):
+        if not (dest / entry.name).exists():
+            shutil.copytree(entry, dest / entry.name)
+            n += 1
+    if n:
+        log(f"rebase: {n} recorded resolution(s) from patches/{RESOLUTIONS}/ loaded")
+
+
+def save_resolutions(root: Path, repo: Path, log=print) -> None:
+    """Keep every resolution rerere recorded (preimage + postimage) with the series."""
+    cache = git.gitdir(repo) / "rr-cache"
+    dest = root / series.PATCHES / RESOLUTIONS
+    new = []
+    for entry in sorted(cache.iterdir()) if cache.is_dir() else []:
+        if (entry / "postimage").exists() and not (dest / entry.name).exists():
+            (dest / entry.name).mkdir(parents=True)
+            for name in ("preimage", "postimage"):
+                shutil.copy2(entry / name, dest / entry.name / name)
+            new.append(entry.name)
+    if new:
+        log(f"rebase: {len(new)} resolution(s) recorded in patches/{RESOLUTIONS}/ "
+            "(commit them with the series: the next rebase reuses them)")
 
 
 def progress(repo: Path) -> tuple[int, int, str] | None:
@@ -187,23 +245,38 @@ def progress(repo: Path) -> tuple[int, int, str] | None:
 
 
 def conflict_lines(root: Path) -> list[str]:
-    """Where a stopped rebase is, and the commands that go on from there."""
+    """Where a stopped rebase is, what upstream changed there, and the
+    commands that go on from there."""
     repo = series.work_repo(root)
     state = State.load(root)
-    assert state.rebase
+    rb = state.rebase
+    assert rb
     where = progress(repo)
     done, total, subject = where or (0, 0, "?")
     patch = _patch_file(root, subject)
     files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
-    return [
-        f"rebase: onto {state.rebase.target}, stopped at patch {done}/{total}:",
+    lines = [
+        f"rebase: onto {rb.target}, stopped at patch {done}/{total}:",
         f"  patch:  {subject}" + (f" (patches/{patch})" if patch else ""),
-        "  files:  " + (", ".join(files) if files else "(none unresolved; see git status)"),
-        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
-        "`nox -s rebase -- --continue`",
-        "  to give up: `nox -s rebase -- --abort` (back to "
-        f"{state.rebase.old_head[:12]}; patches already moved are kept under a backup ref)",
+        "  files:  " + (", ".join(f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict "
+                                  "hunk(s))" for f in files)
+                        if files else "(none unresolved; see git status)"),
     ]
+    if files:
+        stat = git.git(repo, "diff", "--stat=100", rb.old_base, rb.onto, "--", *files)
+        lines.append(f"  upstream changed them from {rb.old_label} to {rb.target}:")
+        lines += [f"    {line.strip()}" for line in stat.splitlines()]
+        lines.append(f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
+                     f"-- {' '.join(files)}`")
+        lines.append(f"  three-way markers (base in the middle): `git -C {repo} checkout "
+                     f"--conflict=zdiff3 -- {' '.join(files)}`")
+    lines += [
+        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
+        "`nox -s rebase -- --continue` (the resolution is recorded for next time)",
+        "  to give up: `nox -s rebase -- --abort` (back to "
+        f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
+    ]
+    return lines
 
 
 def _patch_file(root: Path, subject: str) -> str | None:
@@ -227,6 +300,7 @@ def _finish(root: Path, log) -> Path:
     assert rb
     new_head = git.rev(repo, "HEAD")
     assert new_head
+    save_resolutions(root, repo, log)
     rd = git.git(repo, "range-diff", "--no-color",
                  f"{rb.old_base}..{rb.old_head}", f"{rb.onto}..{new_head}")
     counts = summarize(rd)
@@ -261,21 +335,50 @@ def format_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
+def classify(range_diff: str) -> list[tuple[str, int, int]]:
+    """Per changed pair of a range-diff: (subject, changed lines of the patch's
+    own (+/- lines of its diff), changed context and hunk headers). A port
+    that only moved context shows 0 in the first column."""
+    rows: list[tuple[str, int, int]] = []
+    for line in range_diff.splitlines():
+        if m := re.match(r"^\s*(?:\d+|-):\s+[0-9a-f-]+\s+!\s+(?:\d+|-):\s+[0-9a-f]+\s+(.*)$",
+                         line):
+            rows.append((m.group(1), 0, 0))
+        elif rows and line.startswith("    ") and len(line) > 5 and line[4] in "+-":
+            subject, own, context = rows[-1]
+            if line[5] in "+-" and not line[5:].startswith(("+++", "---")):
+                rows[-1] = (subject, own + 1, context)
+            else:
+                rows[-1] = (subject, own, context + 1)
+    return rows
+
+
 def write_report(root: Path, rb: RebaseState, new_head: str, range_diff: str,
                  counts: dict[str, int]) -> Path:
+    """reports/rebase-FROM-to-TO-<UTC time>.md: one file per run."""
     reports = root / REPORTS
     reports.mkdir(exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{rb.old_label}-to-{rb.target}")
-    path = reports / f"rebase-{slug}.md"
+    path = reports / f"rebase-{slug}-{safety.stamp()}.md"
+    n = 1
+    while path.exists():
+        n += 1
+        path = path.with_name(f"rebase-{slug}-{safety.stamp()}-{n}.md")
     resolved = "".join(f"- {s}\n" for s in rb.resolved) or "- none\n"
+    changed = "".join(f"| {subject} | {own} | {context} |\n"
+                      for subject, own, context in classify(range_diff))
     path.write_text(
         f"# Rebase of the series: vLLM {rb.old_label} -> {rb.target}\n\n"
         f"- date: {time.strftime('%Y-%m-%d', time.gmtime())}\n"
         f"- before: base {rb.old_base[:12]}, head {rb.old_head[:12]}\n"
         f"- after: base {rb.onto[:12]}, head {new_head[:12]}\n"
         f"- patches: {format_counts(counts)}\n\n"
-        "Stops resolved by hand:\n\n" + resolved + "\n"
-        "`git range-diff` of the series before and after (`=` unchanged, `!` changed,\n"
+        "Stops resolved by hand (or by a recorded resolution):\n\n" + resolved + "\n"
+        + ("Changed patches: lines of the patch's own diff that changed, and lines of\n"
+           "moved context or hunk headers (a patch with 0 in the first column only moved):\n\n"
+           "| patch | own lines | context |\n|---|---|---|\n" + changed + "\n"
+           if changed else "")
+        + "`git range-diff` of the series before and after (`=` unchanged, `!` changed,\n"
         "`<` only before, `>` only after):\n\n"
         "```diff\n" + range_diff.rstrip("\n") + "\n```\n"
     )

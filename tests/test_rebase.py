@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_rebase_onto_a_release_writes_a_range_diff_report(root, cache):
     lines = []
     report = rebase.start(root, "vllm==0.0.2", log=lines.append)
     text = report.read_text()
-    assert report.name == "rebase-0.0.1-to-0.0.2.md"
+    assert report.name.startswith("rebase-0.0.1-to-0.0.2-")  # one file per run
     assert "```diff" in text and "= 1:" in text and "[Kernel] Change f0" in text
     assert "- patches: 2 unchanged, 0 changed, 0 dropped, 0 added" in text
     assert any("2 unchanged" in line for line in lines)
@@ -80,7 +81,9 @@ def test_conflict_stops_with_instructions_then_abort_loses_nothing(root, cache):
     out = "\n".join(lines)
     assert "onto 0.0.3, stopped at patch 1/2" in out
     assert "[Kernel] Change f0 (patches/0001-Kernel-Change-f0.patch)" in out
-    assert "files:  vllm/utils.py" in out
+    assert "files:  vllm/utils.py (1 conflict hunk(s))" in out
+    assert "upstream changed them from 0.0.1 to 0.0.3:" in out and "vllm/utils.py | 2 +-" in out
+    assert "--conflict=zdiff3 -- vllm/utils.py" in out
     assert "nox -s rebase -- --continue" in out and "nox -s rebase -- --abort" in out
     with pytest.raises(ToolkitError, match="rebase is stopped"):
         series.apply(root, log=quiet)
@@ -142,3 +145,44 @@ def test_summarize_counts_each_kind():
     rd = ("1:  aaaaaaa = 1:  bbbbbbb one\n2:  ccccccc ! 2:  ddddddd two\n"
           "    @@ context\n3:  eeeeeee < -:  ------- three\n-:  ------- > 3:  fffffff four\n")
     assert rebase.summarize(rd) == {"unchanged": 1, "changed": 1, "dropped": 1, "added": 1}
+
+
+def test_a_resolution_is_made_once(root, cache):
+    """rerere's record of a resolution travels with the series (patches/
+    resolutions/): the next rebase onto the same release resolves itself."""
+    repo = make_series(root)
+    add_release(cache, "0.0.3", CONFLICTING)
+    with pytest.raises(ToolkitError):
+        rebase.start(root, "vllm==0.0.3", log=quiet)
+    (repo / "vllm/utils.py").write_text("def f0():\n    return 100\n")
+    git.git(repo, "add", "vllm/utils.py")
+    first = rebase.cont(root, log=quiet)
+    resolved = git.git(repo, "show", "HEAD~1:vllm/utils.py")
+    records = list((root / "patches" / rebase.RESOLUTIONS).iterdir())
+    assert len(records) == 1 and (records[0] / "postimage").exists()
+    # Elsewhere: a work tree on the pin without rerere's own cache, the same
+    # rebase, no hand work.
+    series.apply(root, force=True, log=quiet)
+    shutil.rmtree(git.gitdir(repo) / "rr-cache")
+    lines = []
+    second = rebase.start(root, "vllm==0.0.3", log=lines.append)
+    assert any("resolved by a recorded resolution" in line for line in lines)
+    assert git.git(repo, "show", "HEAD~1:vllm/utils.py") == resolved
+    assert "[Kernel] Change f0 (recorded resolution)" in second.read_text()
+    assert second != first  # one report per run
+
+
+def test_classify_separates_own_lines_from_moved_context():
+    rd = ("1:  aaaaaaa ! 1:  bbbbbbb [Kernel] Moved\n"
+          "    @@ vllm/x.py\n"
+          "    -@@ def f():\n"
+          "    +@@ def g():\n"
+          "     -    return 0\n"
+          "     +    return 1\n"
+          "2:  ccccccc ! 2:  ddddddd [Core] Edited\n"
+          "    @@ vllm/y.py\n"
+          "    --    old = 1\n"
+          "    -+    new = 1\n"
+          "    ++    new = 2\n"
+          "    -     context\n")
+    assert rebase.classify(rd) == [("[Kernel] Moved", 0, 2), ("[Core] Edited", 3, 1)]

@@ -1,0 +1,147 @@
+"""``nox -s rebase -- --check TARGET...``: would the series apply there?
+
+A dry run that changes nothing of the user's: the patch files are applied
+in order in a throwaway worktree (``.work/check-*``, removed afterwards) on
+each target release, and each is reported as it went:
+
+- ``clean``: its context matches exactly (``git apply --check``);
+- ``3-way``: ``git am --3way`` merges it without a conflict;
+- ``conflict``: the files and the conflict hunks in each.
+
+After a conflict the patch is taken as it was written (its side of every
+conflict), so the patches after it are tried on what a resolution that
+keeps the series' intent would give. Given several releases or a range
+(``vllm>=0.27,<=0.33``), every one is tried and the newest that takes the
+series without a conflict is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serieskit import base, git, safety, series
+from serieskit.errors import ToolkitError, failed
+from serieskit.state import WORK
+
+
+@dataclass
+class PatchResult:
+    name: str
+    how: str  # "clean", "3-way" or "conflict"
+    files: dict[str, int] = field(default_factory=dict)  # conflicted file -> conflict hunks
+
+
+@dataclass
+class TargetResult:
+    version: str
+    patches: list[PatchResult]
+
+    @property
+    def conflicts(self) -> list[PatchResult]:
+        return [p for p in self.patches if p.how == "conflict"]
+
+
+def targets(specs: list[str]) -> list[str]:
+    """Release versions from ``vllm==X`` and ``vllm<spec>`` arguments, oldest first."""
+    versions: list[str] = []
+    for spec in specs:
+        if m := re.fullmatch(r"vllm==(\S+)", spec):
+            base.check_version(m.group(1))
+            versions.append(m.group(1))
+        elif m := re.fullmatch(r"vllm([<>=!~][^@\s]*)", spec):
+            versions += releases(m.group(1))
+        else:
+            raise ToolkitError(f"--check takes vllm==VERSION or a range such as "
+                               f"'vllm>=0.27,<=0.33', not {spec!r}")
+    if not versions:
+        raise ToolkitError(f"no vLLM release with a source distribution matches {specs}")
+    return sorted(set(versions), key=_version_key)
+
+
+def releases(specifier: str) -> list[str]:
+    """The releases on pip's index that match ``specifier`` and have an sdist."""
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "serieskit._pipfetch", "--list", base.PACKAGE, specifier],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=pkg_root))
+    if proc.returncode != 0:
+        raise failed(f"listing vLLM releases matching {specifier!r}", proc)
+    return json.loads(proc.stdout)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def check(root: Path, specs: list[str], log=print) -> list[TargetResult]:
+    repo = series.work_repo(root)
+    names = series.read_series(root)
+    series.check_patches(root, names)
+    base.ensure_repo(repo)
+    results = []
+    for version in targets(specs):
+        onto, _ = base.ensure_base(repo, version, None, log=log)
+        results.append(TargetResult(version, try_series(root, repo, onto, names)))
+        report(results[-1], log)
+    clean = [r.version for r in results if not r.conflicts]
+    if len(results) > 1:
+        log("rebase --check: newest release the series takes without a conflict: "
+            + (clean[-1] if clean else "none of those tried"))
+    return results
+
+
+def try_series(root: Path, repo: Path, onto: str, names: list[str]) -> list[PatchResult]:
+    """Apply the patch files in a throwaway worktree at ``onto``."""
+    tmp = root / WORK / f"check-{safety.stamp()}-{os.getpid()}"
+    git.git(repo, "worktree", "add", "-q", "--detach", str(tmp), onto)
+    try:
+        return [_try_patch(tmp, root / series.PATCHES / name) for name in names]
+    finally:
+        git.run(repo, "worktree", "remove", "--force", str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
+        git.run(repo, "worktree", "prune")
+
+
+def _try_patch(tree: Path, patch: Path) -> PatchResult:
+    am = ("am", "--keep-non-patch", "--no-gpg-sign")
+    if git.run(tree, "apply", "--check", str(patch)).returncode == 0:
+        git.git(tree, *am, str(patch))
+        return PatchResult(patch.name, "clean")
+    if git.run(tree, *am, "--3way", str(patch)).returncode == 0:
+        return PatchResult(patch.name, "3-way")
+    files = git.git(tree, "diff", "--name-only", "--diff-filter=U").split()
+    hunks = {f: conflict_hunks(tree / f) for f in files}
+    if not files:  # not even a 3-way merge could start (a file it changes is gone)
+        git.run(tree, "am", "--abort")
+        return PatchResult(patch.name, "conflict", {"(patch does not apply)": 1})
+    for f in files:  # the patch's own side, so the next patches see its intent
+        git.run(tree, "checkout", "--theirs", "--", f)
+        git.git(tree, "add", "--", f)
+    if git.run(tree, "am", "--continue").returncode != 0:
+        git.run(tree, "am", "--abort")
+    return PatchResult(patch.name, "conflict", hunks)
+
+
+def conflict_hunks(path: Path) -> int:
+    if not path.is_file():
+        return 1  # deleted on one side, changed on the other
+    return sum(1 for line in path.read_text(errors="replace").splitlines()
+               if line.startswith("<<<<<<< "))
+
+
+def report(result: TargetResult, log=print) -> None:
+    n = len(result.patches)
+    verdict = (f"{len(result.conflicts)} of {n} patch(es) conflict" if result.conflicts
+               else f"all {n} patch(es) apply")
+    log(f"rebase --check vllm=={result.version}: {verdict}")
+    for i, p in enumerate(result.patches, 1):
+        log(f"  {i}/{n} {p.how:8} {p.name}")
+        for f, hunks in p.files.items():
+            log(f"      {f}: {hunks} conflict hunk(s)")
