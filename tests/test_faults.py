@@ -661,10 +661,16 @@ def test_two_applies_started_together(sk, root):
         for _ in range(2)
     ]
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)  # both end: no hang
-        assert p.returncode == 0, out + err
-        results.append(json.loads(out.splitlines()[-1])[0])
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)  # both end: no hang
+            assert p.returncode == 0, out + err
+            results.append(json.loads(out.splitlines()[-1])[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     rcs = [rc for _, rc, _, _, _ in results]
     assert 0 in rcs and set(rcs) <= {0, 1}, results
     for _, rc, out, err, _ in results:
