@@ -591,6 +591,9 @@ EVERY_COMMAND = [
     ["docs"],
     ["docs", "--check"],
     ["build"],
+    ["test"],
+    ["lint"],
+    ["overlay"],
 ]
 
 
