@@ -28,6 +28,7 @@ LINT = (RUFF, *MYPY)
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
+GITPYTHON = "GitPython==3.2.1"  # the pr session reads commits, trailers and refs with it
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -78,6 +79,13 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+def pr(session: nox.Session) -> None:
+    """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
+    session.install(TOOLKIT, GITPYTHON)
+    session.run("python", "-m", "serieskit", "pr", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """check-layering (base vs series head), ruff and mypy on the changed files."""
     session.install(TOOLKIT, *LINT)
@@ -102,7 +110,7 @@ def test(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
-    session.install(TOOLKIT, PYTEST, PRE_COMMIT, *LINT)
+    session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, *LINT)
     session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")

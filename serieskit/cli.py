@@ -92,6 +92,13 @@ def cmd_overlay(args: argparse.Namespace, root: Path) -> None:
     overlay.session(root, gpu=args.gpu)
 
 
+def cmd_pr(args: argparse.Namespace, root: Path) -> None:
+    from serieskit import pr  # needs GitPython, which the `pr` session installs
+
+    pr.session(root, args.onto, args.signoff, version=args.version, others=args.others,
+               check=args.check, push=args.push, remote=args.remote, gh=args.gh)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is a ToolkitError like every other failure."""
 
@@ -145,6 +152,17 @@ def _parser() -> argparse.ArgumentParser:
     ov = command("overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree")
     ov.add_argument("--gpu", action="store_true",
                     help="also pack .dev/gpu/part1 and part2 for the GPU machine")
+    pr = command("pr", cmd_pr, "upstream pull requests from the series, with their evidence")
+    pr.add_argument("--onto", help="vllm==VERSION: the series tree to build on (default: pin)")
+    pr.add_argument("--signoff", metavar="\"NAME <MAIL>\"",
+                    help="the contributor: author, committer and DCO Signed-off-by")
+    pr.add_argument("--others", type=Path, help="folder of other PRs as N.diff (+ metadata JSON)")
+    pr.add_argument("--version", type=int, help="N of refs/series/pr/<name>/vN (default: next)")
+    pr.add_argument("--check", action="store_true", help="fail when a pull request's check fails")
+    pr.add_argument("--push", action="store_true", help="also push each branch to --remote")
+    pr.add_argument("--remote", help="the fork to push to (with --push)")
+    pr.add_argument("--gh", action="store_true",
+                    help="with --push: gh pr create --draft --body-file for each")
     return p
 
 

@@ -31,7 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit.errors import ToolkitError
+from serieskit.errors import ToolkitError, failed
 
 SCRIPT = "tools/pre_commit/check_layering.py"
 KINDS = ("model", "platform")
@@ -70,10 +70,7 @@ def counts(root: Path, script: Path) -> Counts:
         text=True,
     )
     if proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ToolkitError(
-            f"{script.name} failed on {root}: {err[-1] if err else proc.returncode}"
-        )
+        raise failed(f"{script.name} on {root}", proc)
     try:
         data = json.loads(proc.stdout)
     except ValueError as e:

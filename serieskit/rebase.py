@@ -124,6 +124,7 @@ def abort(root: Path, log=print) -> None:
         log(f"rebase: the patches already moved onto {rb.target} are kept as {ref}")
     if git.operation_in_progress(repo) == "rebase":
         git.git(repo, "rebase", "--abort")
+    save_resolutions(root, repo, log)  # the stops already resolved need no second hand
     if git.rev(repo, "HEAD") != rb.old_head:
         git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None

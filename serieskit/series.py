@@ -73,18 +73,18 @@ def read_series(root: Path) -> list[str]:
     if not path.exists():
         raise ToolkitError(f"{path} is missing: it lists the patches in order "
                            "(an empty file for an empty series)")
-    names: list[str] = []
+    seen: dict[str, int] = {}  # name -> its line
     for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        if line in names:
-            raise ToolkitError(f"patches/series names {line} twice (lines "
-                               f"{names.index(line) + 1}... and {n}): remove one")
+        if line in seen:
+            raise ToolkitError(f"patches/series names {line} twice (lines {seen[line]} "
+                               f"and {n}): remove one")
         if not (root / PATCHES / line).is_file():
             raise ToolkitError(f"patches/series names {line}, which does not exist")
-        names.append(line)
-    return names
+        seen[line] = n
+    return list(seen)
 
 
 def read_manifest(root: Path) -> list[dict]:
@@ -176,7 +176,11 @@ def check_patches(root: Path, names: list[str]) -> dict[str, PatchFile]:
 
 
 def fingerprint(root: Path, base_commit: str) -> str:
+    """Of the base and patches/ as they are; a missing series file counts as
+    a change, never as an error (export may write it)."""
     h = hashlib.sha256(base_commit.encode())
+    if not (root / PATCHES / SERIES).exists():
+        return h.hexdigest() + "-no-series"
     for name in read_series(root):
         h.update(b"\0" + name.encode() + b"\0")
         h.update((root / PATCHES / name).read_bytes())
@@ -220,7 +224,8 @@ def apply(root: Path, force: bool = False, log=print) -> State:
             "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
             f"under {safety.BACKUP_REF}/")
-    safety.guard(root, repo, state, "apply", force, log)
+    safety.guard(root, repo, state, "apply", force, log,
+                 extra_known=_made_by_interrupted_apply(repo, state, names, patches))
     if moved and (head := git.rev(repo, "HEAD")):
         log(f"apply: kept the series rebased onto {state.base_label} as "
             f"{safety.backup_ref(repo, head, 'rebased')}")
@@ -252,6 +257,25 @@ def apply(root: Path, force: bool = False, log=print) -> State:
     log(f"apply: {len(names)} patch(es) on vLLM {pin.version}, HEAD "
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)")
     return state
+
+
+def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
+                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+    """The commits an apply killed between `git am` and its state save made:
+    on top of the last recorded one, by the toolkit's committer, one per next
+    patch of the series, in order. Anything else is the user's."""
+    if not state.in_progress or not state.head or git.rev(repo, state.head) is None:
+        return ()
+    out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{state.head}..HEAD")
+    ours = None
+    for i, line in enumerate(out.splitlines()):
+        cid, committer, subject = line.split("\0")
+        k = state.applied + i
+        if (k >= len(names) or committer != git.COMMITTER[0]
+                or subject != patches[names[k]].subject):
+            break
+        ours = cid
+    return (ours,) if ours else ()
 
 
 def _am(root: Path, repo: Path, state: State, name: str, i: int, n: int,
@@ -356,7 +380,7 @@ def export(root: Path, check: bool = False, force: bool = False, log=print) -> l
     dirty = git.dirty_files(repo)
     if dirty:
         log(f"export: {len(dirty)} uncommitted file(s) in the work tree are not exported")
-    old = read_series(root)
+    old = read_series(root) if (root / PATCHES / SERIES).exists() else []
     pdir = root / PATCHES
     with tempfile.TemporaryDirectory() as tmp:
         names = format_patches(repo, state.base, Path(tmp))
@@ -366,7 +390,7 @@ def export(root: Path, check: bool = False, force: bool = False, log=print) -> l
     removed = [n for n in old if n not in names]
     series_text = "".join(n + "\n" for n in names)
     series_path = pdir / SERIES
-    series_changed = series_path.read_text() != series_text
+    series_changed = not series_path.exists() or series_path.read_text() != series_text
     if check:
         drift = changed + removed + (["series"] if series_changed else [])
         log("export --check: " + ("patches/ matches the work tree" if not drift

@@ -38,16 +38,18 @@ def status(root: Path, log=print) -> dict:
     head = git.rev(repo, "HEAD")
     info.update(base=state.base, head=head)
     on_pin = state.base == pin.commit
-    on = "the pin's base" if on_pin else f"vLLM {state.base_label}"
     branch = git.branch(repo)
-    log(f"work tree: {repo} on {on} ({(state.base or '?')[:12]}), HEAD {(head or '?')[:12]}"
-        + ("" if branch == series.BRANCH else
-           " (detached)" if branch is None else f" (branch {branch})"))
-    if state.rebase_stopped:
+    if state.rebase_stopped and state.rebase:
+        log(f"work tree: {repo}, in a rebase from vLLM {state.rebase.old_label} onto "
+            f"{state.rebase.target} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
         for line in rebase.conflict_lines(root):
             log(line)
         _uncommitted(repo, info, log)
         return info
+    on = "the pin's base" if on_pin else f"vLLM {state.base_label}"
+    log(f"work tree: {repo} on {on} ({(state.base or '?')[:12]}), HEAD {(head or '?')[:12]}"
+        + ("" if branch == series.BRANCH else
+           " (detached)" if branch is None else f" (branch {branch})"))
     if state.in_progress:
         log(f"  an apply was interrupted at {state.applied}/{state.total}: `nox -s apply` "
             "redoes it (any work of yours stops it first)")

@@ -172,6 +172,25 @@ def test_a_resolution_is_made_once(root, cache):
     assert second != first  # one report per run
 
 
+def test_abort_keeps_the_resolutions_made_so_far(root, cache):
+    repo = make_series(root, [
+        ("vllm/utils.py", "def f0():\n    return 100\n", "[Kernel] Change f0"),
+        ("vllm/setup_note.py", "NOTE = 1\n", "[Core] Note"),
+        ("setup.py", "print('series')\n", "[Build] Change setup"),
+    ])
+    add_release(cache, "0.0.3", {**CONFLICTING, "setup.py": "print('upstream')\n"})
+    with pytest.raises(ToolkitError):
+        rebase.start(root, "vllm==0.0.3", log=quiet)
+    (repo / "vllm/utils.py").write_text("def f0():\n    return 100\n")
+    git.git(repo, "add", "vllm/utils.py")
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.cont(root, log=quiet)  # the second stop: setup.py
+    lines: list[str] = []
+    rebase.abort(root, log=lines.append)
+    assert any("1 resolution(s) recorded" in line for line in lines)
+    assert len(list((root / "patches" / rebase.RESOLUTIONS).iterdir())) == 1
+
+
 def test_classify_separates_own_lines_from_moved_context():
     rd = ("1:  aaaaaaa ! 1:  bbbbbbb [Kernel] Moved\n"
           "    @@ vllm/x.py\n"

@@ -1,0 +1,485 @@
+"""Upstream pull requests from the series, with their evidence.
+
+The manifest's ``[[pr]]`` tables group the patches into pull requests. For
+each group this builds a branch on the series' base in the work tree, as the
+ref ``refs/series/pr/<name>/v<N>``: the commits of the groups it depends on
+first (fork PRs cannot stack natively, so an upper PR carries the lower
+commits and its text names the commits to review), then its own, each
+re-signed with the contributor's identity and a DCO ``Signed-off-by``; the
+toolkit's own trailers (``Patch-Name``, the placeholder sign-off) and the
+files of patches in no group (the toolkit-only ones) are left out. It writes
+``.work/pr/<name>/``: ``title.txt``, ``body.md`` (the target tree's own
+pull-request template, filled from results files through claims),
+``range-diff.txt`` against the previous version and ``check.json``.
+
+Commits, trailers and refs are read through GitPython; am, format-patch and
+range-diff are git porcelain run through :mod:`serieskit.git`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serieskit import base, claims, duplicates, git, series
+from serieskit.errors import ToolkitError
+from serieskit.state import WORK, State
+
+REF = "refs/series/pr"
+MAX_OPEN = 6  # vLLM's contributing guide: at most 6 open pull requests
+RFC_LINES = 500  # ... and an RFC issue first for more changed lines outside these:
+NOT_COUNTED = ("tests/", "csrc/", "vllm/config/", "vllm/kernels/", "docs/")
+TITLE = re.compile(r"^(\[[^][]+\])+ +[^\s].*$")  # vLLM's pr-title check
+PLACEHOLDER = f"Signed-off-by: {git.COMMITTER[0]} <{git.COMMITTER[1]}>"
+TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
+SIGNOFF = re.compile(r"^[^<>]+ <[^<>@\s]+@[^<>\s]+>$")
+
+
+def _gitpython():
+    import git as gitpython  # GitPython: installed by the `pr` session
+
+    return gitpython
+
+
+# --- groups ------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    name: str
+    title: str
+    patches: list[str]
+    depends: list[str]
+    text: str  # hand-written Overview / Details file
+    keywords: list[str] = field(default_factory=list)
+    claims: list[claims.Claim] = field(default_factory=list)
+    paths: list[dict] = field(default_factory=list)
+    contract: dict = field(default_factory=dict)
+    ab: str | None = None
+    changed_since: dict[str, dict[str, str]] = field(default_factory=dict)
+    rfc: str | None = None  # the RFC draft, where the change needs one
+
+
+def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
+    path = manifest or root / series.PATCHES / series.MANIFEST
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ToolkitError(f"cannot read {path}: {e}") from None
+    names = [p.get("name") for p in data.get("patch", [])]
+    groups: list[Group] = []
+    for entry in data.get("pr", []):
+        missing = [k for k in ("name", "title", "patches", "text") if k not in entry]
+        if missing:
+            raise ToolkitError(f"[[pr]] {entry.get('name', '?')} lacks {', '.join(missing)}")
+        unknown = [p for p in entry["patches"] if p not in names]
+        if unknown:
+            raise ToolkitError(f"[[pr]] {entry['name']} names patches without a [[patch]] entry: "
+                               + ", ".join(unknown))
+        try:
+            cl = [claims.Claim.from_manifest(c) for c in entry.get("claim", [])]
+        except ValueError as e:
+            raise ToolkitError(f"[[pr]] {entry['name']}: {e}") from None
+        groups.append(Group(entry["name"], entry["title"], list(entry["patches"]),
+                            list(entry.get("depends", [])), entry["text"],
+                            list(entry.get("keywords", [])), cl, list(entry.get("path", [])),
+                            dict(entry.get("contract", {})), entry.get("ab"),
+                            dict(entry.get("changed_since", {})), entry.get("rfc")))
+    seen: dict[str, str] = {}
+    for g in groups:
+        for p in g.patches:
+            if p in seen:
+                raise ToolkitError(f"patch {p} is in two pull requests: {seen[p]} and {g.name}")
+            seen[p] = g.name
+        if len(g.depends) > 1:
+            raise ToolkitError(f"[[pr]] {g.name} depends on {len(g.depends)} pull requests: a "
+                               "fork PR stacks on one (name the upper one of a chain)")
+    return groups
+
+
+def stacks(groups: list[Group]) -> dict[str, list[Group]]:
+    """Each group's stack, lowest first, ending with the group itself."""
+    by = {g.name: g for g in groups}
+    out: dict[str, list[Group]] = {}
+    for g in groups:
+        chain, cur = [g], g
+        while cur.depends:
+            dep = cur.depends[0]
+            if dep not in by:
+                raise ToolkitError(f"[[pr]] {cur.name} depends on {dep}, which is no [[pr]]")
+            cur = by[dep]
+            if cur in chain:
+                raise ToolkitError(f"[[pr]] dependencies form a cycle through {cur.name}")
+            chain.insert(0, cur)
+        out[g.name] = chain
+    return out
+
+
+def order(groups: list[Group]) -> list[Group]:
+    """Groups with every dependency before its dependants."""
+    st = stacks(groups)
+    return sorted(groups, key=lambda g: len(st[g.name]))
+
+
+# --- the target tree ---------------------------------------------------------
+
+
+def target_tree(root: Path, onto: str | None) -> Path:
+    """The series' work tree for ``onto`` (``vllm==X``; default the pin's)."""
+    pin = base.read_pin(root)
+    if onto:
+        m = re.fullmatch(r"vllm==(\S+)", onto)
+        if not m:
+            raise ToolkitError(f"--onto takes vllm==VERSION, not {onto!r}")
+        if m.group(1) != pin.version:
+            raise ToolkitError(
+                f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
+                f"(.work/vllm); port it first (`nox -s rebase -- vllm=={m.group(1)}`)")
+    return series.applied_tree(root)
+
+
+def series_commits(repo, base_commit: str) -> dict[str, Any]:
+    """Patch-Name -> commit of the series (GitPython commits)."""
+    out = {}
+    for c in repo.iter_commits(f"{base_commit}..HEAD", reverse=True):
+        name = dict(c.trailers_list).get(series.NAME_TRAILER)
+        if name:
+            out[name.strip()] = c
+    return out
+
+
+# --- re-signing -------------------------------------------------------------
+
+
+def resign_message(message: str, signoff: str) -> str:
+    """Strip the toolkit's trailers; append the contributor's sign-off once."""
+    lines = [line for line in message.rstrip("\n").split("\n")
+             if line.strip() != PLACEHOLDER and not line.startswith(f"{series.NAME_TRAILER}:")]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    sob = f"Signed-off-by: {signoff}"
+    if sob not in lines:
+        last = lines[-1] if lines else ""
+        if not re.match(r"^[A-Za-z-]+: ", last) or len(lines) < 3:
+            lines.append("")
+        lines.append(sob)
+    return "\n".join(lines) + "\n"
+
+
+def _identity(signoff: str) -> tuple[str, str]:
+    if not SIGNOFF.match(signoff):
+        raise ToolkitError(f"--signoff takes \"Name <mail>\", not {signoff!r}")
+    name, mail = signoff[:-1].split(" <")
+    return name.strip(), mail.strip()
+
+
+@dataclass
+class Built:
+    group: Group
+    ref: str | None = None
+    head: str | None = None
+    version: int = 0
+    own: list[tuple[str, str]] = field(default_factory=list)  # (id, subject) to review
+    lower: str | None = None  # head of the PR it stacks on
+    problems: list[str] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _pick(root: Path, wt: Path, commit, exclude: list[str], signoff: str) -> str | None:
+    """One series commit onto the worktree's HEAD, re-signed; its problem or None."""
+    spec = [":(exclude)" + p for p in exclude]
+    mbox = git.git(wt, *series.FORMAT_PATCH_ARGS[:1], "--stdout", "-1",
+                   *series.FORMAT_PATCH_ARGS[1:], commit.hexsha, "--", ".", *spec)
+    if "\ndiff --git " not in mbox:
+        return None  # only left-out files
+    name, mail = _identity(signoff)
+    date = commit.authored_datetime.isoformat()
+    who = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": mail, "GIT_COMMITTER_DATE": date}
+    proc = git.run(wt, "am", "--3way", "--no-gpg-sign",
+                   "--committer-date-is-author-date", input=mbox.encode(), env=who)
+    if proc.returncode != 0:
+        git.run(wt, "am", "--abort")
+        out = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()
+        return f"{commit.summary} does not apply: " + " | ".join(out[-3:])
+    message = resign_message(commit.message, signoff)
+    git.git(wt, "commit", "-q", "--amend", "--no-verify", "--allow-empty", "-F", "-",
+            f"--author={name} <{mail}>", input=message.encode(), env=who)
+    return None
+
+
+def _versions(repo, name: str) -> dict[int, str]:
+    out = {}
+    for ref in repo.references:
+        m = re.fullmatch(rf"{REF}/{re.escape(name)}/v(\d+)", ref.path)
+        if m:
+            out[int(m.group(1))] = ref.commit.hexsha
+    return out
+
+
+def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
+                   version: int | None, log=print) -> dict[str, Built]:
+    gp = _gitpython()
+    repo = gp.Repo(tree)
+    state = State.load(root)
+    base_commit = state.base
+    assert base_commit
+    commits = series_commits(repo, base_commit)
+    grouped = {p for g in groups for p in g.patches}
+    toolkit = [name for name in commits if name not in grouped]
+    exclude = sorted({d.b_path or d.a_path for name in toolkit
+                      for d in commits[name].parents[0].diff(commits[name])})
+    if toolkit:
+        log(f"pr: {', '.join(toolkit)} in no pull request (toolkit-only); their files are left "
+            f"out of every commit: {', '.join(exclude)}")
+    wt = root / WORK / "pr" / ".worktree"
+    git.run(tree, "worktree", "remove", "--force", str(wt))
+    git.run(tree, "worktree", "prune")
+    shutil.rmtree(wt, ignore_errors=True)
+    git.git(tree, "worktree", "add", "--detach", str(wt), base_commit)
+    built: dict[str, Built] = {}
+    st = stacks(groups)
+    try:
+        for g in order(groups):
+            b = built[g.name] = Built(g)
+            lower = built[st[g.name][-2].name] if len(st[g.name]) > 1 else None
+            if lower and lower.head is None:
+                b.problems.append(
+                    f"the pull request it stacks on ({lower.group.name}) did not build")
+                continue
+            b.lower = lower.head if lower else None
+            git.git(wt, "checkout", "-q", "--detach", b.lower or base_commit)
+            names = list(commits)
+            for p in sorted(g.patches, key=lambda x: names.index(x) if x in names else -1):
+                if p not in commits:
+                    b.problems.append(f"no commit of the series has Patch-Name: {p}")
+                    continue
+                touched = {d.b_path or d.a_path for d in commits[p].parents[0].diff(commits[p])}
+                if left := sorted(touched & set(exclude)):
+                    b.left_out[p] = left
+                if problem := _pick(root, wt, commits[p], exclude, signoff):
+                    b.problems.append(problem)
+                    break
+            if b.problems:
+                continue
+            b.head = head = git.rev(wt, "HEAD") or ""
+            b.own = [(c.hexsha, c.summary) for c in
+                     gp.Repo(wt).iter_commits(f"{b.lower or base_commit}..{b.head}", reverse=True)]
+            have = _versions(repo, g.name)
+            if version is not None:
+                n = version
+                if n in have and have[n] != b.head:
+                    raise ToolkitError(f"{REF}/{g.name}/v{n} exists with other commits: pick "
+                                       "another --version (or leave it out for the next one)")
+            elif have and have[max(have)] == b.head:
+                n = max(have)
+            else:
+                n = max(have, default=0) + 1
+            b.version, b.ref = n, f"{REF}/{g.name}/v{n}"
+            gp.Reference.create(repo, b.ref, b.head, force=True)
+            log(f"pr: {b.ref} = {head[:12]} ({len(b.own)} commit(s) to review)")
+    finally:
+        git.run(tree, "worktree", "remove", "--force", str(wt))
+        git.run(tree, "worktree", "prune")
+    return built
+
+
+# --- checks -----------------------------------------------------------------
+
+
+def check_signoff(repo, rng: str, signoff: str) -> list[str]:
+    name, mail = _identity(signoff)
+    problems = []
+    for c in repo.iter_commits(rng):
+        trailers = c.trailers_list
+        who = f"{c.hexsha[:12]} {c.summary}"
+        if (c.author.name, c.author.email) != (name, mail):
+            problems.append(f"{who}: author {c.author.name} <{c.author.email}>")
+        if (c.committer.name, c.committer.email) != (name, mail):
+            problems.append(f"{who}: committer {c.committer.name} <{c.committer.email}>")
+        sobs = [v for k, v in trailers if k == "Signed-off-by"]
+        if f"{name} <{mail}>" not in sobs:
+            problems.append(f"{who}: no Signed-off-by: {signoff}")
+        if any(k == series.NAME_TRAILER for k, _ in trailers) or PLACEHOLDER in c.message:
+            problems.append(f"{who}: still carries the toolkit's trailers")
+    return problems
+
+
+def empty_sections(body: str) -> list[str]:
+    """Template sections (## headings) with nothing but comments and blanks."""
+    out = []
+    parts = re.split(r"^## +(.+?)\s*$", body, flags=re.M)
+    for heading, text in zip(parts[1::2], parts[2::2], strict=True):
+        text = re.sub(r"<!--.*?-->", "", text.split("\n---")[0], flags=re.S)
+        if not text.strip():
+            out.append(heading)
+    return out
+
+
+def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims.Checked],
+               signoff: str, n_groups: int, stack_len: int) -> list[dict]:
+    gp = _gitpython()
+    repo = gp.Repo(tree)
+    state = State.load(root)
+    out: list[dict] = []
+
+    def add(name: str, problems: list[str] | None, detail: str = "") -> None:
+        out.append({"check": name, "ok": None if problems is None else not problems,
+                    "problems": problems or [], "detail": detail})
+
+    applies = list(b.problems)
+    if b.ref and not applies:
+        if repo.commit(b.ref).hexsha != b.head:
+            applies.append(f"{b.ref} does not point at the built head")
+        if b.lower and not repo.is_ancestor(b.lower, b.ref):
+            applies.append("the lower pull request's head is not in this branch")
+    add("applies to its ref", applies, b.ref or "")
+    add("Signed-off-by of the contributor",
+        check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"])
+    add("title", [] if TITLE.match(b.group.title) else
+        [f"{b.group.title!r} fails vLLM's title check {TITLE.pattern}"])
+    add("template sections", [f"section {s!r} is empty" for s in empty_sections(body)])
+    add("claims", list(dict.fromkeys(p for c in checked for p in c.problems)))
+    add(f"at most {MAX_OPEN} pull requests in a stack",
+        [f"{n_groups} pull requests in the set, {stack_len} in this stack"]
+        if max(n_groups, stack_len) > MAX_OPEN else [])
+    counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
+    rfc = b.group.rfc
+    add(f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
+        [] if counted <= RFC_LINES or (rfc and (root / rfc).is_file()) else
+        [f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
+         "it as rfc = \"...\" in its [[pr]]" + (f" ({rfc} is missing)" if rfc else "")],
+        f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""))
+    from serieskit import lint
+    pre = getattr(lint, "precommit_changed", None)
+    if pre is None or not b.head:
+        add("pre-commit on the changed files", None,
+            "not run: serieskit.lint.precommit_changed does not exist yet" if pre is None
+            else "not built")
+    else:
+        add("pre-commit on the changed files",
+            [] if pre(tree, b.lower or state.base, b.head) else ["the tree's pre-commit fails"])
+    return out
+
+
+def rfc_lines(tree: Path, lower: str, head: str) -> int:
+    """Lines a PR's own commits add or remove outside kernels, config and tests."""
+    total = 0
+    for line in git.git(tree, "diff", "--numstat", lower, head).splitlines():
+        added, removed, path = line.split("\t", 2)
+        if not path.startswith(NOT_COUNTED) and added != "-":
+            total += int(added) + int(removed)
+    return total
+
+
+# --- the session -------------------------------------------------------------
+
+
+def head_blobs(tree: Path, heads: list[str], paths: list[str]) -> dict[str, set[str | None]]:
+    """path -> its blob ids at each of ``heads`` (None where it does not exist)."""
+    repo = _gitpython().Repo(tree)
+    out: dict[str, set[str | None]] = {p: set() for p in paths}
+    for head in heads:
+        tree_obj = repo.commit(head).tree
+        for p in paths:
+            try:
+                out[p].add((tree_obj / p).hexsha)
+            except KeyError:
+                out[p].add(None)
+    return out
+
+
+def session(root: Path, onto: str | None, signoff: str | None, version: int | None = None,
+            others: Path | None = None, check: bool = False, manifest: Path | None = None,
+            out_dir: Path | None = None, push: bool = False, remote: str | None = None,
+            gh: bool = False, log=print) -> dict[str, list[dict]]:
+    from serieskit import prbody
+
+    if not signoff:
+        raise ToolkitError("pr needs --signoff \"Name <mail>\": every commit is re-signed "
+                           "with the contributor's identity")
+    _identity(signoff)
+    tree = target_tree(root, onto)
+    groups = read_groups(root, manifest)
+    if not groups:
+        raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
+    st = stacks(groups)
+    built = build_branches(root, tree, groups, signoff, version, log)
+    state = State.load(root)
+    assert state.base
+    head = git.rev(tree, "HEAD") or ""
+    template = tree / TEMPLATE
+    if not template.is_file():
+        raise ToolkitError(f"{template} does not exist: the target tree has no PR template")
+    out_root = out_dir or root / WORK / "pr"
+    results: dict[str, list[dict]] = {}
+    failed = []
+    for g in order(groups):
+        b = built[g.name]
+        files = sorted(git.git(tree, "diff", "--name-only", b.lower or state.base, b.head)
+                       .split()) if b.head else []
+        blobs = head_blobs(tree, [b.head, head] if b.head else [head], files)
+        checked = [claims.check(root, c, blobs, g.changed_since) for c in g.claims]
+        dup = (duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords,
+                                others) if others and b.head else None)
+        body = prbody.render(root, tree, template.read_text(), g, b, built, st, checked, dup,
+                             state.base_label or "", base=state.base)
+        dest = out_root / g.name
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "title.txt").write_text(g.title + "\n")
+        (dest / "body.md").write_text(body)
+        prev = b.version - 1
+        refs = _versions(_gitpython().Repo(tree), g.name)
+        if b.head and prev in refs:
+            rd = git.git(tree, "range-diff", "--no-color", state.base, refs[prev], b.head)
+        else:
+            rd = f"v{b.version}: no previous version\n"
+        (dest / "range-diff.txt").write_text(rd)
+        res = run_checks(root, tree, b, body, checked, signoff, len(groups), len(st[g.name]))
+        (dest / "check.json").write_text(json.dumps(
+            {"name": g.name, "ref": b.ref, "head": b.head, "version": b.version,
+             "title": g.title, "checks": res}, indent=2) + "\n")
+        results[g.name] = res
+        bad = [c for c in res if c["ok"] is False]
+        log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
+        for c in bad:
+            for p in c["problems"]:
+                failed.append(f"{g.name}: {c['check']}: {p}")
+    if (check or push) and failed:
+        raise ToolkitError("pr --check failed:\n" + "\n".join(f"  {f}" for f in failed)
+                           + ("\n  nothing pushed" if push else ""))
+    if push:
+        publish(tree, [built[g.name] for g in order(groups)], out_root, remote, gh, log)
+    return results
+
+
+def publish(tree: Path, built: list[Built], out_root: Path, remote: str | None, gh: bool,
+            log=print) -> None:
+    """The optional last step: push each branch to the fork, open draft PRs."""
+    if not remote:
+        raise ToolkitError("--push needs --remote (the fork: a URL or a remote's name)")
+    if gh and shutil.which("gh") is None:
+        raise ToolkitError("--gh needs the GitHub CLI `gh` on PATH")
+    for b in built:
+        branch = f"series-pr/{b.group.name}-v{b.version}"
+        proc = git.run(tree, "push", remote, f"{b.ref}:refs/heads/{branch}", isolated=False)
+        if proc.returncode != 0:
+            raise ToolkitError(f"git push of {b.ref} to {remote} failed:\n"
+                               + proc.stderr.decode(errors="replace"))
+        log(f"pr: pushed {b.ref} to {remote} {branch}")
+        if gh:
+            import subprocess
+
+            dest = out_root / b.group.name
+            cmd = ["gh", "pr", "create", "--draft", "--repo", "vllm-project/vllm",
+                   "--base", "main", "--head", branch, "--title", b.group.title,
+                   "--body-file", str(dest / "body.md")]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ToolkitError(f"{' '.join(cmd[:4])} for {b.group.name} failed:\n"
+                                   + done.stderr)
+            log(f"pr: draft {done.stdout.strip()}")

@@ -1,0 +1,380 @@
+"""nox -s pr: stacked, re-signed branches; bodies from the target tree's
+template and results-file claims; the duplicate check; --check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import git as gitpython
+import pytest
+
+from conftest import BASE_FILES, add_release, quiet
+from serieskit import base, claims, duplicates, git, pr, series
+from serieskit.errors import ToolkitError
+from serieskit.state import State
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pr"
+WHO = "Example Contributor <contributor@example.com>"
+PLACEHOLDER = "Signed-off-by: vLLM series <series@vllm-series.invalid>"
+
+KERNEL_A = ("class KernelConfig:\n    a = 1\n    b = 2\n    c = 3\n\n"
+            "    def host_reduce_limit(self):\n        return 256\n")
+KERNEL_C = KERNEL_A.replace("c = 3\n", "c = 3\n    overlap_min_tokens = 0\n")
+
+# (manifest name, files, subject): the toolkit-only patch first, as in the real series
+PATCHES = [
+    ("tool", {"docs/ref.md": "# reference\n"}, "[CI] Generated reference"),
+    ("a1", {"vllm/config/kernel.py": KERNEL_A, "docs/ref.md": "# reference\nhost_reduce\n",
+            "tests/test_a.py": "def test_a():\n    pass\n"},
+     "[Kernel] Host reduce, kernel mode"),
+    ("c1", {"vllm/config/kernel.py": KERNEL_C,
+            "vllm/overlap.py": "def overlap_halves():\n    return 2\n"},
+     "[Perf] Overlap in two halves"),
+    ("a2", {"vllm/host_reduce.py": "def copy_engine_mode():\n    return 1\n"},
+     "[Kernel] Copy-engine mode"),
+]
+
+
+def manifest(groups: str) -> str:
+    entries = "".join(f'[[patch]]\nname = "{n}"\nseed = "x"\nsummary = "x"\nconfig = []\n'
+                      f'tests = {["tests/test_a.py"] if n == "a1" else []}\n\n'
+                      for n, _, _ in PATCHES)
+    return entries.replace("'", '"') + groups
+
+
+GROUPS = '''
+[[pr]]
+name = "host"
+title = "[Kernel] Host reduce"
+patches = ["a1", "a2"]
+text = "overview/host.md"
+keywords = ["all-reduce", "copy engine"]
+
+[pr.contract]
+defaults = "off by default"
+commands = ["python bench.py"]
+
+[[pr.claim]]
+file = "results/bench.json"
+path = "figures['copy_ms'].value"
+label = "copy-engine mode, time per call"
+unit = "ms"
+machine = "2 x NVIDIA H200"
+
+[[pr.path]]
+path = "host reduce"
+format = "FP16"
+conditions = "two ranks"
+expected = "kernel mode; else NCCL"
+executed = "tests/test_a.py"
+unverified = "Turing"
+
+[[pr]]
+name = "overlap"
+title = "[Perf] Overlap in two halves"
+patches = ["c1"]
+depends = ["host"]
+text = "overview/overlap.md"
+
+[[pr.claim]]
+file = "results/bench.json"
+path = "figures['copy_ms'].value"
+label = "copy-engine mode beside the halves"
+unit = "ms"
+machine = "2 x NVIDIA H200"
+'''
+
+
+def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS) -> Path:
+    """A toolkit root on a synthetic release carrying ``template``, with the
+    series PATCHES applied and exported, and a fresh results file."""
+    files = dict(BASE_FILES)
+    files[".github/PULL_REQUEST_TEMPLATE.md"] = (FIXTURES / template).read_text()
+    sha = add_release(cache, "0.0.2", files)
+    root = tmp_path / "root"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "series").write_text("")
+    scratch = tmp_path / "scratch"
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
+    base.write_pin(root, base.Pin("0.0.2", sha, commit))
+    shutil.rmtree(scratch)
+    series.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
+           "GIT_AUTHOR_DATE": "1700000000 +0000"}
+    for name, changes, subject in PATCHES:
+        for path, text in changes.items():
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path).write_text(text)
+            git.git(repo, "add", path)
+        git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: a test.",
+                "-m", f"{PLACEHOLDER}\n{series.NAME_TRAILER}: {name}", env=env)
+    (root / "patches" / "manifest.toml").write_text(manifest(groups))
+    series.export(root, log=quiet)
+    (root / "overview").mkdir()
+    for g in ("host", "overlap"):
+        (root / "overview" / f"{g}.md").write_text(
+            f"## Overview\n\nThe {g} change.\n\n## Details\n\n- {g} details.\n")
+    write_results(root, "results/bench.json")
+    return root
+
+
+def write_results(root: Path, name: str, files: dict | None = None) -> None:
+    repo = series.work_repo(root)
+    head = gitpython.Repo(repo).commit("HEAD")
+    changed = git.git(repo, "diff", "--name-only", State.load(root).base, "HEAD").split()
+    blobs = {p: (head.tree / p).hexsha for p in changed}
+    data = {"schema": claims.SCHEMA, "kind": "bench", "date": "2026-11-30",
+            "machine": {"name": "2 x NVIDIA H200", "label": "H200 figure"},
+            "series": {"base": "vllm==0.0.2", "commit": head.hexsha, "tree": head.tree.hexsha,
+                       "files": blobs if files is None else files},
+            "figures": {"copy_ms": {"value": 0.598, "unit": "ms", "label": "x", "from": "x"}}}
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text(json.dumps(data))
+
+
+@pytest.fixture(params=["PULL_REQUEST_TEMPLATE-0.26.0.md", "PULL_REQUEST_TEMPLATE-0.33.0.md"])
+def proot(request, tmp_path, cache) -> Path:
+    return make_root(tmp_path, cache, request.param)
+
+
+def run(root: Path, **kw) -> dict:
+    kw.setdefault("signoff", WHO)
+    return pr.session(root, None, log=quiet, **kw)
+
+
+def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
+    run(proot)
+    repo = gitpython.Repo(series.work_repo(proot))
+    host = repo.commit("refs/series/pr/host/v1")
+    upper = repo.commit("refs/series/pr/overlap/v1")
+    assert [c.summary for c in repo.iter_commits(f"{State.load(proot).base}..{upper}",
+                                                 reverse=True)] == [
+        "[Kernel] Host reduce, kernel mode", "[Kernel] Copy-engine mode",
+        "[Perf] Overlap in two halves"]  # the lower PR's commits first, in its order
+    assert repo.is_ancestor(host, upper)
+    for c in repo.iter_commits(f"{State.load(proot).base}..{upper}"):
+        assert (c.author.name, c.author.email) == ("Example Contributor", "contributor@example.com")
+        assert c.committer.email == "contributor@example.com"
+        assert c.message.count(f"Signed-off-by: {WHO}") == 1
+        assert PLACEHOLDER not in c.message and series.NAME_TRAILER not in c.message
+        with pytest.raises(KeyError):
+            c.tree / "docs/ref.md"  # the toolkit-only patch's file is left out
+    body = (proot / ".work/pr/overlap/body.md").read_text()
+    assert f"git log {host.hexsha[:12]}..{upper.hexsha[:12]}" in body
+    assert "Please review only the last 1 commit(s)" in body
+    assert "`docs/ref.md`" in (proot / ".work/pr/host/body.md").read_text()  # what it left out
+    checks = json.loads((proot / ".work/pr/host/check.json").read_text())["checks"]
+    assert all(c["ok"] in (True, None) for c in checks), checks
+    assert (proot / ".work/pr/host/title.txt").read_text() == "[Kernel] Host reduce\n"
+
+
+def test_body_follows_the_target_tree_template(proot):
+    run(proot)
+    body = (proot / ".work/pr/host/body.md").read_text()
+    template = (series.work_repo(proot) / pr.TEMPLATE).read_text()
+    headings = [line for line in template.splitlines() if line.startswith("## ")]
+    assert headings and [line for line in body.splitlines() if line.startswith("## ")] == headings
+    assert pr.empty_sections(body) == []
+    assert template.splitlines()[-1] in body  # the checklist and footer stay
+    assert "0.598 ms" in body and "`results/bench.json` `figures['copy_ms'].value`" in body
+    assert "H200 figure" in body
+    assert "python -m pytest tests/test_a.py" in body
+    assert "| host reduce | FP16 | two ranks |" in body
+    assert "Benchmark contract" in body and "python bench.py" in body
+    if "## Claims" in template:  # 0.33.0: the figures go under Claims
+        claims_part = body.split("## Claims")[1].split("## Validation")[0]
+        assert "0.598 ms" in claims_part
+
+
+def test_stale_missing_and_wrong_claims_fail_check(proot):
+    repo = series.work_repo(proot)
+    head = gitpython.Repo(repo).commit("HEAD")
+    fresh = {p: (head.tree / p).hexsha for p in ("vllm/host_reduce.py", "tests/test_a.py",
+                                                  "vllm/overlap.py")}
+    write_results(proot, "results/bench.json", files=fresh | {"vllm/config/kernel.py": "0" * 40})
+    with pytest.raises(ToolkitError) as e:
+        run(proot, check=True)
+    assert ("host: claims: stale: results/bench.json ran on a series where "
+            "vllm/config/kernel.py changed since the run") in str(e.value)
+    # the change named with a reason is accepted, and the body says why
+    ack = '[pr.changed_since."results/bench.json"]\n"vllm/config/kernel.py" = "a docstring"\n'
+    text = (proot / "patches/manifest.toml").read_text()
+    text = text.replace("[[pr.path]]", ack + "\n[[pr.path]]", 1) + "\n" + ack
+    (proot / "patches/manifest.toml").write_text(text)
+    assert run(proot, check=True)
+    assert "`vllm/config/kernel.py`: a docstring" in (proot / ".work/pr/host/body.md").read_text()
+    (proot / "patches/manifest.toml").write_text(text.replace(ack, ""))
+    write_results(proot, "results/bench.json", files=fresh)  # kernel.py as on the base
+    with pytest.raises(ToolkitError, match="kernel.py was not changed by the series that ran"):
+        run(proot, check=True)
+    (proot / "results/bench.json").unlink()
+    with pytest.raises(ToolkitError, match="results/bench.json does not exist"):
+        run(proot, check=True)
+    write_results(proot, "results/bench.json")
+    (proot / "patches/manifest.toml").write_text(
+        (proot / "patches/manifest.toml").read_text().replace("['copy_ms']", "['nope']"))
+    with pytest.raises(ToolkitError, match=r"the path figures\['nope'\].value is missing"):
+        run(proot, check=True)
+    assert git.rev(repo, "refs/series/pr/host/v1")
+
+
+def test_duplicate_check_names_the_overlapping_pr(proot, tmp_path):
+    others = tmp_path / "others"
+    others.mkdir()
+    # 17 changes the same function of the same file, differently: overlap and conflict
+    (others / "17.diff").write_text(
+        "diff --git a/vllm/config/kernel.py b/vllm/config/kernel.py\n"
+        "--- a/vllm/config/kernel.py\n+++ b/vllm/config/kernel.py\n"
+        "@@ -1,4 +1,6 @@ class KernelConfig:\n class KernelConfig:\n"
+        "     a = 1\n     b = 2\n     c = 3\n+\n+    def host_reduce_limit(self):\n")
+    (others / "17.diff").write_text((others / "17.diff").read_text().replace(
+        "@@ -1,4 +1,6 @@", "@@ -1,4 +1,6 @@") + "")
+    (others / "18.diff").write_text(
+        "diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n"
+        "@@ -1 +1 @@\n-print('setup')\n+print('set up')\n")
+    (others / "list.json").write_text(json.dumps([
+        {"number": 17, "title": "Topology-aware all-reduce", "body": "uses the copy engine"},
+        {"number": 18, "title": "Typo"}]))
+    run(proot, others=others)
+    body = (proot / ".work/pr/host/body.md").read_text()
+    line = next(x for x in body.splitlines() if x.startswith("- #17"))
+    assert "Topology-aware all-reduce" in line
+    assert "same files `vllm/config/kernel.py`" in line
+    assert "their changed lines name `host_reduce_limit`" in line
+    assert "merge: conflicts in `vllm/config/kernel.py`" in line
+    assert "keywords all-reduce, copy engine" in line
+    assert "- #18" not in body and "No overlap of any kind with the other 1 PR(s)" in body
+    # a Python function both change: the AST of our base names it
+    repo = series.work_repo(proot)
+    start = State.load(proot).base
+    us, found = duplicates.check_all(repo, start, git.rev(repo, "refs/series/pr/host/v1"),
+                                     start, [], others)
+    assert "KernelConfig" in us.functions["vllm/config/kernel.py"] or \
+        "KernelConfig.host_reduce_limit" in us.functions["vllm/config/kernel.py"]
+    assert found[0].number == "17" and found[0].functions
+
+
+def test_stack_over_the_limit_and_bad_title_fail_check(tmp_path, cache):
+    chain = "".join(
+        f'\n[[pr]]\nname = "g{i}"\ntitle = "[Core] Part {i}"\npatches = []\n'
+        f'text = "overview/host.md"\n' + (f'depends = ["g{i - 1}"]\n' if i else "")
+        for i in range(6))
+    groups = GROUPS.replace('title = "[Perf] Overlap in two halves"', 'title = "Overlap"') + \
+        chain.replace('depends = ["g-1"]\n', "")
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md", groups)
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = str(e.value)
+    assert "at most 6 pull requests in a stack: 8 pull requests in the set" in msg
+    assert "'Overlap' fails vLLM's title check" in msg
+
+
+def test_versions_and_range_diff(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    run(root)
+    run(root)  # unchanged: the same version, v1
+    repo = series.work_repo(root)
+    assert git.rev(repo, "refs/series/pr/host/v2") is None
+    assert "v1: no previous version" in (root / ".work/pr/host/range-diff.txt").read_text()
+    run(root, signoff="Other Person <other@example.com>")
+    assert git.rev(repo, "refs/series/pr/host/v2")
+    assert "Other Person" in (root / ".work/pr/host/range-diff.txt").read_text()
+    with pytest.raises(ToolkitError, match="exists with other commits"):
+        run(root, version=1, signoff="Third Person <third@example.com>")
+
+
+def test_resign_message_and_arguments(tmp_path, cache):
+    msg = f"[Kernel] X\n\nWhy.\n\n{PLACEHOLDER}\n{series.NAME_TRAILER}: x\n"
+    once = pr.resign_message(msg, WHO)
+    assert once == f"[Kernel] X\n\nWhy.\n\nSigned-off-by: {WHO}\n"
+    assert pr.resign_message(once, WHO) == once
+    assert pr.TITLE.match("[Kernel][Attention] Turing prefill")
+    assert not pr.TITLE.match("[Kernel]Turing") and not pr.TITLE.match("Turing [Kernel]")
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    with pytest.raises(ToolkitError, match="no series tree for vLLM 0.33.0 yet"):
+        pr.session(root, "vllm==0.33.0", WHO, log=quiet)
+    with pytest.raises(ToolkitError, match="--signoff takes"):
+        pr.session(root, None, "just a name", log=quiet)
+
+
+def test_json_paths_and_figures():
+    data = {"figures": {"a.b": {"value": 1.5}}, "rows": [{"x": 2}]}
+    assert claims.resolve(data, "figures['a.b'].value") == 1.5
+    assert claims.resolve(data, "rows[0].x") == 2
+    with pytest.raises(KeyError, match="'y' is not in rows.0"):
+        claims.resolve(data, "rows[0].y")
+    assert claims.fmt(0.4394, "fraction") == "43.9 %"
+    assert claims.fmt(87449, "MiB") == "87,449 MiB"
+    assert pr.empty_sections("## A\n\n<!-- c -->\n\n## B\n\ntext\n") == ["A"]
+
+
+def test_real_results_files_share_the_schema():
+    root = Path(__file__).resolve().parent.parent
+    for f in sorted((root / "results").glob("*.json")):
+        data = claims.load(root, f"results/{f.name}")
+        assert data["machine"]["name"] and data["series"]["base"]
+        for name, fig in data["figures"].items():
+            assert {"value", "unit", "label"} <= set(fig), (f.name, name)
+    for g in pr.read_groups(root):
+        for c in g.claims:
+            assert claims.resolve(claims.load(root, c.file), c.path) is not None
+
+
+def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    repo = series.work_repo(root)
+    folder = root / ".work/pr/coverage"
+    folder.mkdir(parents=True)
+    # kernel.py lines 6-7 are the PR's (host_reduce_limit): 6 ran in a test, 7 did not
+    (folder / "cpu-ci.json").write_text(json.dumps({"files": {
+        str(repo / "vllm/config/kernel.py"): {
+            "executed_lines": [1, 2, 6], "missing_lines": [7],
+            "contexts": {"6": ["tests/test_a.py::test_a|run"]}}}}))
+    run(root)
+    body = (root / ".work/pr/host/body.md").read_text()
+    row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | cpu-ci"))
+    assert "| 1 / 2 | 7 | tests/test_a.py::test_a|run |".replace("|run", "\\|run") in row
+    assert "| `vllm/host_reduce.py` | cpu-ci |  | not imported by any test |" in body
+
+
+def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
+    groups = GROUPS.replace('unverified = "Turing"', 'unverified = "Turing"\nroute = "HOST_REDUCE"')
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md", groups)
+    data = json.loads((root / "results/bench.json").read_text())
+    data["boots"] = [{"route_lines": ["Using ['HOST_REDUCE', 'PYNCCL']"]},
+                     {"route_lines": ["Using ['PYNCCL']"]}]
+    (root / "results/bench.json").write_text(json.dumps(data))
+    run(root)
+    assert "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)" in (
+        root / ".work/pr/host/body.md").read_text()
+
+
+def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
+    # the overlap without the PR it needs: its kernel.py hunk conflicts on the base
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     GROUPS.replace('depends = ["host"]\n', ""))
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = "overlap: applies to its ref: [Perf] Overlap in two halves does not apply"
+    assert msg in str(e.value)
+    checks = json.loads((root / ".work/pr/overlap/check.json").read_text())
+    assert checks["ref"] is None
+    assert git.rev(series.work_repo(root), "refs/series/pr/host/v1")  # the other one is built
+
+
+def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
+    fork = tmp_path / "fork.git"
+    git.git(None, "init", "-q", "--bare", str(fork))
+    run(root)
+    assert git.rev(fork, "refs/heads/series-pr/host-v1") is None  # never by default
+    with pytest.raises(ToolkitError, match="--push needs --remote"):
+        run(root, push=True)
+    run(root, push=True, remote=str(fork))
+    repo = series.work_repo(root)
+    assert git.rev(fork, "refs/heads/series-pr/host-v1") == git.rev(repo, "refs/series/pr/host/v1")
+    assert git.rev(fork, "refs/heads/series-pr/overlap-v1")
