@@ -46,6 +46,8 @@ ARGUMENT_ERRORS = [
     ["test", "--bogus"],
     ["lint", "--bogus"],
     ["overlay", "--bogus"],
+    ["pr", "--bogus"],
+    ["pr", "--version", "two"],
 ]
 
 

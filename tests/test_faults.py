@@ -594,6 +594,7 @@ EVERY_COMMAND = [
     ["test"],
     ["lint"],
     ["overlay"],
+    ["pr", "--check"],
 ]
 
 
