@@ -8,6 +8,7 @@ where the command said it put it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -397,6 +398,41 @@ def test_apply_killed_right_after_a_commit_is_repaired(sk, root):
     killed_apply(root, at=2, when="after")
     ok(sk("apply"))
     assert rev(work(root), "HEAD") == good
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_apply_killed_with_its_git_processes_is_repaired(sk, root, at):
+    """SIGKILL to the whole process group (git am included) as soon as the
+    apply prints that it starts patch ``at``: whatever state git is left in,
+    the next apply makes the whole series."""
+    make_series(sk, root)
+    good = fresh_apply(sk, root)
+    shutil.rmtree(root / ".work")
+    code = (
+        f"import sys; from pathlib import Path; sys.path.insert(0, {str(REPO)!r})\n"
+        f"from serieskit import cli; sys.exit(cli.run(['apply'], Path({str(root)!r})))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout
+        for line in proc.stdout:
+            if line.startswith(f"apply {at}/"):
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    ok(sk("apply"))
+    assert rev(work(root), "HEAD") == good
+    assert "matches patches/" in ok(sk("status")).out
 
 
 def test_killed_apply_with_user_work_refuses_then_force_keeps_it(sk, root):
