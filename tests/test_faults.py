@@ -1138,6 +1138,52 @@ def test_a_half_written_state_file_is_no_traceback(sk, root, command):
     assert rev(repo, "series") == head and patches(root) == before
 
 
+KILL_EXPORT = """
+import os, pathlib, signal, sys
+sys.path.insert(0, {repo!r})
+from serieskit import cli
+patches = pathlib.Path({root!r}) / "patches"
+real, seen = pathlib.Path.write_bytes, []
+def write_bytes(self, data):
+    if self.parent == patches and self.name.endswith(".patch"):
+        seen.append(self.name)
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, data)
+pathlib.Path.write_bytes = write_bytes
+sys.exit(cli.run(["export"], pathlib.Path({root!r})))
+"""
+
+
+def test_export_killed_midway_loses_no_patch(sk, root):
+    """Killed as it writes the second of three rewritten patch files: every
+    previous version is still in patches/ or under .work/backup/."""
+    repo = make_series(sk, root)
+    before = patches(root)
+    g(
+        repo,
+        "rebase",
+        "-q",
+        "--exec",
+        "git commit -q --amend -m \"$(git log -1 --format=%s)\" -m 'Why: said again.'",
+        "refs/series/base/0.0.1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_EXPORT.format(repo=str(REPO), root=str(root))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stdout + proc.stderr
+    kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
+    now = set(patches(root).values())
+    lost = [name for name, data in before.items() if data not in kept | now]
+    assert not lost, lost
+    ok(sk("export", "--force"))
+    ok(sk("export", "--check"))
+    assert all(b"Why: said again." in patches(root)[n] for n in names(root))
+
+
 # --- 16: apply over the user's work -----------------------------------------
 
 
