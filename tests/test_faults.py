@@ -864,6 +864,47 @@ def test_rebase_abort_after_two_stops_keeps_the_resolution(sk, root, cache):
     assert "matches patches/" in ok(sk("status")).out
 
 
+KILL_REBASE = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from serieskit import cli, git
+real = git.run
+def run(repo, *args, **kw):
+    if "rebase" in args and "--onto" in args:  # after the first patch: kill it all
+        i = args.index("rebase") + 1
+        args = (*args[:i], "--exec", f"kill -9 {{os.getpid()}} $PPID", *args[i:])
+    return real(repo, *args, **kw)
+git.run = run
+sys.exit(cli.run(["rebase", "vllm==0.0.2"], Path({root!r})))
+"""
+
+
+def test_rebase_killed_midway_then_abort_goes_back(sk, root, cache):
+    """The rebase process and its git rebase SIGKILLed after the first patch
+    moved: status advises no export, and --abort goes back to where it started."""
+    repo = make_series(sk, root)
+    head, before = rev(repo, "HEAD"), patches(root)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_REBASE.format(repo=str(REPO), root=str(root))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert (repo / ".git" / "rebase-merge").exists()
+    res = ok(sk("status"))
+    assert "nox -s export" not in res.out, res.out
+    error_line(sk("export"))
+    assert patches(root) == before
+    ok(sk("rebase", "--abort"))
+    assert rev(repo, "HEAD") == head and rev(repo, "series") == head
+    assert not (repo / ".git" / "rebase-merge").exists()
+    assert patches(root) == before
+    assert "up to date" in ok(sk("apply")).out
+
+
 # --- 12: after a finished rebase --------------------------------------------
 
 # Upstream changes the context of patch 2: its rebased file differs.
