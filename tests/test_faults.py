@@ -464,6 +464,24 @@ def test_killed_apply_with_user_work_refuses_then_force_keeps_it(sk, root):
     assert patches(root) == before
 
 
+def test_stale_git_index_lock_is_named(sk, root):
+    """A git SIGKILLed while it wrote the index leaves .git/index.lock: the
+    error line names that file (the user must see whether a git still runs
+    there before removing it), nothing changes, and apply works once it is gone."""
+    repo = make_series(sk, root)
+    head = rev(repo, "HEAD")
+    path = root / "patches" / names(root)[2]
+    path.write_text(path.read_text().replace("Why: because", "Why: since"))
+    before = patches(root)
+    (repo / ".git" / "index.lock").write_text("")
+    line = error_line(sk("apply"))
+    assert "index.lock" in line, line
+    assert rev(repo, "HEAD") == head and patches(root) == before
+    (repo / ".git" / "index.lock").unlink()
+    ok(sk("apply"))
+    assert b"Why: since" in g(repo, "log", "-1", "--format=%B").encode()
+
+
 # --- 4: the user's own git am, stopped --------------------------------------
 
 
