@@ -242,6 +242,8 @@ sys.path.insert(0, {repo!r})
 from serieskit import cli, git
 real, seen = git.run, []
 def run(repo, *args, **kw):
+    if args and args[0] == "checkout" and {when!r} == "before checkout":
+        os.kill(os.getpid(), signal.SIGKILL)
     if args and args[0] == "am" and any(str(a).endswith(".patch") for a in args):
         seen.append(args)
         if len(seen) == {at} and {when!r} == "before":
@@ -258,7 +260,8 @@ sys.exit(cli.run(["apply"], Path({root!r})))
 
 def killed_apply(root: Path, at: int = 2, when: str = "before") -> None:
     """A real apply process, SIGKILLed as it applies patch ``at`` (just before
-    its ``git am`` runs, or just after it committed, before anything else)."""
+    its ``git am`` runs, or just after it committed, before anything else), or
+    "before checkout": before it moves the work tree at all."""
     proc = subprocess.run(
         [sys.executable, "-c", KILL_APPLY.format(repo=str(REPO), root=str(root), at=at, when=when)],
         capture_output=True,
@@ -432,6 +435,23 @@ def test_apply_killed_with_its_git_processes_is_repaired(sk, root, at):
         proc.wait(timeout=60)
     ok(sk("apply"))
     assert rev(work(root), "HEAD") == good
+    assert "matches patches/" in ok(sk("status")).out
+
+
+@pytest.mark.parametrize("made_by", ["apply", "export"])
+def test_apply_killed_before_it_moved_the_work_tree_is_repaired(sk, root, made_by):
+    """Killed after it noted that it started, before its first git command
+    changed anything: the series in the work tree is the one the toolkit last
+    applied or exported, in patches/, not the user's unsaved work."""
+    make_series(sk, root)  # the work tree's commits: the user's, exported
+    if made_by == "apply":
+        fresh_apply(sk, root)  # the work tree's commits: made by apply
+    path = root / "patches" / names(root)[2]
+    path.write_text(path.read_text().replace("Why: because", "Why: since"))
+    killed_apply(root, when="before checkout")
+    ok(sk("apply"))
+    assert series_head_subjects(work(root)) == SUBJECTS
+    assert "Why: since" in g(work(root), "log", "-1", "--format=%B")
     assert "matches patches/" in ok(sk("status")).out
 
 
