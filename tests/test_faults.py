@@ -599,6 +599,40 @@ def test_detached_head_with_an_unexported_commit_on_series(sk, root):
     assert patches(root) == before
 
 
+def test_a_commit_made_on_a_detached_head_is_kept(sk, root):
+    """A commit on no branch at all: the easiest to lose."""
+    repo = make_series(sk, root)
+    g(repo, "checkout", "-q", "--detach", "HEAD~1")
+    mine = commit_file(repo, "vllm/mine.py", "MINE = 1\n", "Detached experiment")
+    error_line(sk("apply"), "Detached experiment")
+    assert rev(repo, "HEAD") == mine
+    res = ok(sk("apply", "--force"))
+    kept = refs_keeping(repo, mine)
+    assert kept and any(ref in res.text for ref in kept), res.text
+    assert series_head_subjects(repo) == SUBJECTS
+
+
+def test_force_keeps_untracked_files_and_earlier_stashes(sk, root):
+    repo = make_series(sk, root)
+    (repo / "vllm/__init__.py").write_text("VERSION = 3\n")
+    g(repo, "stash", "push", "-q", "-m", "my own stash")
+    (repo / "scratch.txt").write_text("my notes\n")
+    (repo / "vllm/__init__.py").write_text("VERSION = 2\n")
+    error_line(sk("apply"), "scratch.txt")
+    assert (repo / "scratch.txt").read_text() == "my notes\n"
+    res = ok(sk("apply", "--force"))
+    assert "stash" in res.text
+    stashes = g(repo, "stash", "list", "--format=%gd %gs").splitlines()
+    assert len(stashes) == 2 and any("my own stash" in line for line in stashes), stashes
+    found = {
+        entry.split()[0]: g(repo, "show", f"{entry.split()[0]}^3:scratch.txt", check=False)
+        for entry in stashes
+    }
+    assert "my notes\n" in found.values(), found
+    assert "+VERSION = 2" in stashed_diffs(repo) and "+VERSION = 3" in stashed_diffs(repo)
+    assert not (repo / "scratch.txt").exists()
+
+
 # --- 6: a work-tree folder without .git -------------------------------------
 
 
