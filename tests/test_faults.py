@@ -977,6 +977,30 @@ def test_rebase_killed_midway_then_abort_goes_back(sk, root, cache):
     assert "up to date" in ok(sk("apply")).out
 
 
+def test_rebase_continue_before_the_conflict_is_resolved_refuses(sk, root, cache):
+    repo = make_series(sk, root)
+    add_release(cache, "0.0.2", TWO_CONFLICTS)
+    error_line(sk("rebase", "vllm==0.0.2"))
+    half = (repo / "vllm/utils.py").read_text() + "# half-way\n"
+    (repo / "vllm/utils.py").write_text(half)  # edited, not added
+    stopped = rev(repo, "HEAD")
+    error_line(sk("rebase", "--continue"), "vllm/utils.py")
+    assert (repo / "vllm/utils.py").read_text() == half
+    assert rev(repo, "HEAD") == stopped
+    assert (repo / ".git" / "rebase-merge").exists() or (repo / ".git" / "rebase-apply").exists()
+
+
+def test_rebase_over_an_unexported_commit_refuses_then_force_keeps_it(sk, root, cache):
+    repo = make_series(sk, root)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    mine = commit_file(repo, "vllm/mine.py", "MINE = 1\n", "Local experiment")
+    error_line(sk("rebase", "vllm==0.0.2"), "Local experiment")
+    assert rev(repo, "HEAD") == mine and rev(repo, "series") == mine
+    res = ok(sk("rebase", "vllm==0.0.2", "--force"))
+    kept = refs_keeping(repo, mine)
+    assert kept and any(ref in res.text for ref in kept), res.text
+
+
 # --- 12: after a finished rebase --------------------------------------------
 
 # Upstream changes the context of patch 2: its rebased file differs.
