@@ -84,15 +84,32 @@ def mypy_errors(root: Path, files: list[str]) -> set[tuple[str, str]]:
             if (m := _ERROR.match(line))}
 
 
+def _exists(tree: Path, base: str, path: str) -> bool:
+    return git.run(tree, "cat-file", "-e", f"{base}:{path}").returncode == 0
+
+
+def package_inits(files: list[str]) -> list[str]:
+    """The ``__init__.py`` of every package that holds one of ``files``."""
+    inits = {str(Path(*Path(f).parts[:i], "__init__.py"))
+             for f in files for i in range(1, len(Path(f).parts))}
+    return sorted(inits - set(files))
+
+
 def _base_mypy_errors(tree: Path, base: str, files: list[str]) -> set[tuple[str, str]]:
-    """The same files' errors on the base: upstream's own are not the series'."""
-    existing = [f for f in files if git.run(tree, "cat-file", "-e", f"{base}:{f}").returncode == 0]
+    """The same files' errors on the base: upstream's own are not the series'.
+
+    The files are checked inside their packages, as in the tree: without the
+    packages' ``__init__.py`` mypy resolves them as namespace packages and
+    reports fewer of upstream's errors, which the tree's run then counted as
+    new."""
+    existing = [f for f in files if _exists(tree, base, f)]
     if not existing:
         return set()
     from serieskit.series import materialize
 
+    inits = [f for f in package_inits(existing) if _exists(tree, base, f)]
     with tempfile.TemporaryDirectory() as tmp:
-        materialize(tree, base, Path(tmp), "pyproject.toml", *existing)
+        materialize(tree, base, Path(tmp), "pyproject.toml", *existing, *inits)
         return mypy_errors(Path(tmp), existing)
 
 

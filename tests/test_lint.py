@@ -46,3 +46,27 @@ def test_no_python_changes_say_so(tree):
     lines = []
     assert lint.lint(tree, base, log=lines.append) == []
     assert lines == ["lint: the series changes no Python files"]
+
+
+def test_base_files_are_checked_inside_their_packages(tree, monkeypatch):
+    """The base's run sees the packages' __init__.py, as the tree's run does:
+    mypy reports some of upstream's errors only there."""
+    commit_file(tree, "pyproject.toml", "[tool.ruff]\nline-length = 88\n", "config")
+    commit_file(tree, "vllm/__init__.py", "", "package")
+    commit_file(tree, "vllm/sub/__init__.py", "", "subpackage")
+    commit_file(tree, "vllm/sub/mod.py", "x = 1\n", "module")
+    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    assert lint.package_inits(["vllm/sub/mod.py", "vllm/old.py"]) == [
+        "vllm/__init__.py", "vllm/sub/__init__.py"]
+    seen = {}
+
+    def fake_mypy_errors(root, files):
+        seen["files"] = files
+        seen["tree"] = sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
+        return set()
+
+    monkeypatch.setattr(lint, "mypy_errors", fake_mypy_errors)
+    lint._base_mypy_errors(tree, base, ["vllm/sub/mod.py"])
+    assert seen["files"] == ["vllm/sub/mod.py"]
+    assert seen["tree"] == ["vllm/__init__.py", "vllm/sub/__init__.py", "vllm/sub/mod.py"]
