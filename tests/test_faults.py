@@ -433,6 +433,11 @@ def test_apply_killed_with_its_git_processes_is_repaired(sk, root, at):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
+    # Its git children die on their own time; the user reruns once they have.
+    filelock = pytest.importorskip("filelock")
+    waiter = filelock.FileLock(str(root / ".work" / "lock"))
+    waiter.acquire(timeout=20)
+    waiter.release()
     ok(sk("apply"))
     assert rev(work(root), "HEAD") == good
     assert "matches patches/" in ok(sk("status")).out
