@@ -15,8 +15,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, series  # noqa: E402
-from serieskit.lint import MYPY, RUFF  # noqa: E402
+from serieskit import cli, lint, series  # noqa: E402
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
@@ -24,7 +23,7 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
 PRE_COMMIT = "pre-commit==4.7.0"
-LINT = (RUFF, *MYPY)
+LINT = lint.REQUIREMENTS
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
@@ -87,7 +86,7 @@ def pr(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """check-layering (base vs series head), ruff and mypy on the changed files."""
+    """The linted tree's own pre-commit hooks on what the series changes."""
     session.install(TOOLKIT, *LINT)
     session.run("python", "-m", "serieskit", "lint")
 
@@ -111,7 +110,6 @@ def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
     session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, *LINT)
-    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):

@@ -76,7 +76,8 @@ def cmd_test(args: argparse.Namespace, root: Path) -> None:
     tree = series.applied_tree(root)
     outcomes = runner.run_all(tree, series.test_files(root),
                               root / series.WORK / "test-results")
-    if any(not o.ok for o in outcomes):
+    regressions = runner.upstream(root, tree)  # upstream's CPU tests of the touched files
+    if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
 
@@ -148,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     command("test", cmd_test, "run the series' test files, one process each")
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree")
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
-    command("lint", cmd_lint, "check-layering, ruff and mypy on the series")
+    command("lint", cmd_lint, "the tree's own pre-commit hooks on the series")
     ov = command("overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree")
     ov.add_argument("--gpu", action="store_true",
                     help="also pack .dev/gpu/part1 and part2 for the GPU machine")

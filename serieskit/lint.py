@@ -1,144 +1,331 @@
-"""ruff and mypy on the files the series changes, with vLLM's own settings.
+"""``nox -s lint``: the linted tree's own pre-commit configuration, offline.
 
-Versions are those vLLM 0.26.0's .pre-commit-config.yaml pins (ruff 0.14.0,
-mypy 1.20.2); the nox session installs them once into its own environment,
-after which lint runs offline. mypy runs with ``--follow-imports=skip`` on the
-changed files only (vLLM's pyproject otherwise applies), so it needs neither
-torch nor the rest of vLLM installed; an error fails only when the base's
-version of the same file does not have it (upstream's own errors are not the
-series').
+The configuration is the tree's ``.pre-commit-config.yaml`` (so a series on a
+newer release is held to that release's rules). From it this module writes an
+offline configuration under ``.work/lint/``:
+
+- every ``repo: local`` hook as written (pre-commit installs its
+  ``additional_dependencies`` from PyPI once, into its cache);
+- every hook of a GitHub repository whose tool is published on PyPI (ruff,
+  clang-format, typos, mypy) as a ``repo: local`` hook that runs the same
+  tool at the version of the repository's ``rev:``, with the repository's
+  hook definition under the tree's own settings;
+- every other hook is listed as "not run" with the reason.
+
+pre-commit runs it with ``--from-ref BASE --to-ref HEAD`` in a detached
+checkout of the series head (``.work/lint/head``), so formatters that rewrite
+files never touch the work tree. It runs the ``manual`` stage, the one vLLM's
+CI runs (mypy for every supported Python); hooks that run only on a local
+commit are run in the same pass. Every hook is listed: passed, failed,
+skipped by pre-commit (no files), or not run and why.
+
+Two verdicts compare with the base, because upstream's own state is not the
+series': a mypy hook fails only on errors the base's version of the same files
+does not have (the base is checked out in ``.work/lint/base``), and
+check-layering fails only on coupling increases over the base that no patch
+declares in the manifest (:mod:`serieskit.layering`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
 from serieskit.errors import ToolkitError
 
-RUFF = "ruff==0.14.0"
-MYPY = ("mypy==1.20.2", "pydantic", "types-cachetools", "types-setuptools",
-        "types-PyYAML", "types-requests", "regex")
-MYPY_PYTHON = "3.10"  # vLLM's lowest supported Python, its first mypy hook
+PRE_COMMIT = "pre-commit==4.7.0"
+PYYAML = "PyYAML==6.0.3"
+# The session's own: pre-commit, the config reader, and regex for the tree's
+# check_layering.py, which the toolkit runs itself for the base-vs-head counts.
+REQUIREMENTS = (PRE_COMMIT, PYYAML, "regex")
+CONFIG = ".pre-commit-config.yaml"
+STAGE = "manual"  # the stage vLLM's CI runs ("manual # Run in CI")
+LOCAL_STAGES = {"pre-commit", "commit"}  # what a contributor's commit runs
+
+# The hook definitions of GitHub repositories whose tool is on PyPI: package,
+# then per hook id the fields of the repository's .pre-commit-hooks.yaml.
+_RUFF_CHECK = {"entry": "ruff check --force-exclude", "types_or": ["python", "pyi", "jupyter"],
+               "require_serial": True}
+PYPI_HOOKS: dict[str, tuple[str, dict[str, dict]]] = {
+    "https://github.com/astral-sh/ruff-pre-commit": ("ruff", {
+        "ruff": _RUFF_CHECK,
+        "ruff-check": _RUFF_CHECK,
+        "ruff-format": {"entry": "ruff format --force-exclude",
+                        "types_or": ["python", "pyi", "jupyter"], "require_serial": True},
+    }),
+    "https://github.com/pre-commit/mirrors-clang-format": ("clang-format", {
+        "clang-format": {"entry": "clang-format -i", "args": ["-style=file"],
+                         "types_or": ["c++", "c", "c#", "cuda", "java", "javascript", "json",
+                                      "objective-c", "proto", "textproto"]},
+    }),
+    "https://github.com/crate-ci/typos": ("typos", {
+        "typos": {"entry": "typos", "args": ["--write-changes"], "types": ["text"]},
+    }),
+    "https://github.com/pre-commit/mirrors-mypy": ("mypy", {
+        "mypy": {"entry": "mypy", "types_or": ["python", "pyi"], "require_serial": True,
+                 "args": ["--ignore-missing-imports", "--scroll-output"]},
+    }),
+}
+
+# Hooks that cannot run here, by repository and by local hook id.
+NOT_RUN_REPOS = {
+    "https://github.com/DavidAnson/markdownlint-cli2":
+        "a node hook that pre-commit builds from its GitHub repository with npm (offline here)",
+    "https://github.com/rhysd/actionlint":
+        "a Go hook that pre-commit builds from its GitHub repository (offline here)",
+    "https://github.com/astral-sh/uv-pre-commit":
+        "uv pip compile resolves requirements against the package index (needs the network)",
+}
+NEEDS_ON_PATH = {  # local hook id -> the program its script needs
+    "shellcheck": "shellcheck",
+}
 
 
-def changed_python_files(tree: Path, base: str) -> list[str]:
-    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD", "--", "*.py")
-    return [f for f in out.split() if (tree / f).is_file()]
+@dataclass
+class Hook:
+    id: str
+    repo: str
+    verdict: str = ""  # passed / failed / skipped (no files) / not run: why
+    output: str = ""
 
 
-def run_tool(tree: Path, args: list[str], log=print) -> bool:
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=tree, capture_output=True, text=True)
-    ok = proc.returncode == 0
-    text = (proc.stdout + proc.stderr).strip()
-    if text and not ok:
-        log(text)
-    return ok
+def version_of(rev: str) -> str:
+    """``v0.14.0`` -> ``0.14.0``: mirrors tag the PyPI version with a ``v``."""
+    return rev[1:] if re.fullmatch(r"v\d.*", rev) else rev
 
 
-def lint(tree: Path, base: str, log=print) -> list[str]:
-    """Run ruff check, ruff format --check and mypy; return the failed ones."""
-    files = changed_python_files(tree, base)
-    if not files:
-        log("lint: the series changes no Python files")
-        return []
-    log(f"lint: {len(files)} Python file(s) changed by the series")
-    failed = []
-    checks = {
-        "ruff check": ["ruff", "check", "--no-cache", *files],
-        "ruff format": ["ruff", "format", "--check", "--no-cache", *files],
-    }
-    for name, args in checks.items():
-        ok = run_tool(tree, args, log)
-        log(f"  {name}: {'passed' if ok else 'FAILED'}")
-        if not ok:
-            failed.append(name)
-    package = [f for f in files if f.startswith("vllm/")]
-    if package:  # vLLM type-checks its package; tools/ and tests/ are not in its mypy run
-        new = mypy_errors(tree, package) - _base_mypy_errors(tree, base, package)
-        for error in sorted(new):
-            log(f"    {error[0]}: {error[1]}")
-        log(f"  mypy: {'FAILED' if new else 'passed'} ({len(new)} new error(s))")
-        if new:
-            failed.append("mypy")
-    return failed
+def _stages(hook: dict, default: list[str] | None) -> set[str]:
+    return set(hook.get("stages") or default or [STAGE, *LOCAL_STAGES])
 
 
-MYPY_ARGS = ["--python-version", MYPY_PYTHON, "--follow-imports", "skip", "--no-incremental",
-             "--show-error-codes", "--no-error-summary", "--no-pretty"]
-_ERROR = re.compile(r"^(?P<path>[^:]+):\d+: error: (?P<msg>.*)$")
+def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
+    """(the offline configuration, every hook of ``config`` in order). Hooks
+    that will not run carry their ``not run: ...`` verdict already."""
+    hooks: list[Hook] = []
+    local: list[dict] = []
+    default = config.get("default_stages")
+    for repo in config.get("repos", []):
+        url = repo.get("repo", "")
+        for hook in repo.get("hooks", []):
+            entry = Hook(hook.get("alias") or hook["id"], url)
+            hooks.append(entry)
+            stages = _stages(hook, default)
+            if not stages & (LOCAL_STAGES | {STAGE}):
+                entry.verdict = (f"not run: stage {', '.join(sorted(stages))} only "
+                                 "(acts on a commit being made; lint makes none)")
+            elif url in ("local", "meta"):
+                program = NEEDS_ON_PATH.get(hook["id"])
+                if program and not which(program):
+                    entry.verdict = f"not run: {program} is not installed (its script downloads it)"
+                else:
+                    local.append({**hook, "stages": [STAGE]})
+            elif url in PYPI_HOOKS and hook["id"] in PYPI_HOOKS[url][1]:
+                package, defs = PYPI_HOOKS[url]
+                pin = f"{package}=={version_of(repo['rev'])}"
+                local.append({"name": hook["id"], **defs[hook["id"]], **hook,
+                              "language": "python", "stages": [STAGE],
+                              "additional_dependencies": [pin, *hook.get(
+                                  "additional_dependencies", [])]})
+            else:
+                entry.verdict = "not run: " + NOT_RUN_REPOS.get(
+                    url, f"no PyPI build of {url} known to the toolkit")
+    offline = {k: v for k, v in config.items()
+               if k not in ("repos", "default_stages", "default_install_hook_types")}
+    offline["repos"] = [{"repo": "local", "hooks": local}] if local else []
+    return offline, hooks
 
 
-def mypy_errors(root: Path, files: list[str]) -> set[tuple[str, str]]:
+def write_offline_config(tree: Path, dest: Path) -> list[Hook]:
+    import yaml
+
+    path = tree / CONFIG
+    if not path.is_file():
+        raise ToolkitError(f"the linted tree has no {CONFIG}")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ToolkitError(f"{CONFIG} of the linted tree does not parse: {e}") from None
+    offline, hooks = offline_config(config)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(offline, sort_keys=False, width=100))
+    return hooks
+
+
+_RESULT = re.compile(r"^(?P<name>.*?)\.*(?:\((?P<why>[^()]*)\))?"
+                     r"(?P<status>Passed|Failed|Skipped)$")
+_HOOK_ID = re.compile(r"^- hook id: (?P<id>\S+)$")
+
+
+def parse_results(output: str) -> dict[str, tuple[str, str]]:
+    """{hook id: (verdict, the hook's output)} from ``pre-commit run
+    --verbose --color never``: a result line, ``- hook id: ID``, then the
+    hook's own lines up to the next result line."""
+    results: dict[str, tuple[str, str]] = {}
+    current: str | None = None
+    status = ""
+    body: list[str] = []
+    pending: tuple[str, str] | None = None
+    for line in output.splitlines():
+        if m := _RESULT.match(line):
+            if current:
+                results[current] = (status, "\n".join(body).strip())
+            current, body = None, []
+            why = m["why"]
+            pending = (m["status"].lower() + (f" ({why})" if why else ""), line)
+        elif (m := _HOOK_ID.match(line)) and pending:
+            current, status, pending = m["id"], pending[0], None
+        elif current and not line.startswith(("- duration:", "- exit code:")):
+            body.append(line)
+    if current:
+        results[current] = (status, "\n".join(body).strip())
+    return results
+
+
+def _checkout(repo: Path, dest: Path, commit: str) -> Path:
+    """A detached worktree of ``repo`` at ``commit`` (made or moved there)."""
+    if not (dest / ".git").exists():
+        git.run(repo, "worktree", "prune")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
+    else:
+        git.git(dest, "checkout", "--force", "--detach", commit)
+        git.git(dest, "clean", "-fdq")
+    return dest
+
+
+def pre_commit_home() -> Path:
+    """pre-commit's hook environments, beside the toolkit's other caches."""
+    from serieskit.base import cache_dir
+
+    return cache_dir().parent / "pre-commit"
+
+
+def pre_commit(tree: Path, config: Path, *args: str) -> str:
+    env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home()),
+           "SKIP": "", "PRE_COMMIT_COLOR": "never"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "run", "--config", str(config),
+         "--hook-stage", STAGE, "--verbose", "--color", "never", *args],
+        cwd=tree, capture_output=True, text=True, env=env)
+    out = proc.stdout + proc.stderr
+    if proc.returncode not in (0, 1) or ("- hook id:" not in out and proc.returncode):
+        raise ToolkitError(f"pre-commit failed to run: {out.strip()[-400:]}")
+    return out
+
+
+_MYPY_ERROR = re.compile(r"^(?P<path>[^:\s]+\.pyi?):\d+:(?:\d+:)? error: (?P<msg>.*)$")
+
+
+def mypy_errors(output: str) -> set[tuple[str, str]]:
     """(path, message) of each mypy error, without line numbers: lines move
     between the base and the series, the errors do not."""
-    proc = subprocess.run([sys.executable, "-m", "mypy", *MYPY_ARGS, *files], cwd=root,
-                          capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise ToolkitError(f"mypy failed to run: {(proc.stderr or proc.stdout).strip()[-300:]}")
-    return {(m["path"], m["msg"]) for line in proc.stdout.splitlines()
-            if (m := _ERROR.match(line))}
+    return {(m["path"], m["msg"]) for line in output.splitlines()
+            if (m := _MYPY_ERROR.match(line))}
 
 
-def _exists(tree: Path, base: str, path: str) -> bool:
-    return git.run(tree, "cat-file", "-e", f"{base}:{path}").returncode == 0
+def changed_files(tree: Path, base: str) -> list[str]:
+    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD")
+    return out.split()
 
 
-def package_inits(files: list[str]) -> list[str]:
-    """The ``__init__.py`` of every package that holds one of ``files``."""
-    inits = {str(Path(*Path(f).parts[:i], "__init__.py"))
-             for f in files for i in range(1, len(Path(f).parts))}
-    return sorted(inits - set(files))
-
-
-def _base_mypy_errors(tree: Path, base: str, files: list[str]) -> set[tuple[str, str]]:
-    """The same files' errors on the base: upstream's own are not the series'.
-
-    The files are checked inside their packages, as in the tree: without the
-    packages' ``__init__.py`` mypy resolves them as namespace packages and
-    reports fewer of upstream's errors, which the tree's run then counted as
-    new."""
-    existing = [f for f in files if _exists(tree, base, f)]
+def base_mypy_errors(repo: Path, work: Path, config: Path, base: str,
+                     hook_id: str, files: list[str]) -> set[tuple[str, str]]:
+    """The same hook's errors on the base's version of the same files."""
+    existing = [f for f in files if f.endswith((".py", ".pyi"))
+                and git.run(repo, "cat-file", "-e", f"{base}:{f}").returncode == 0]
     if not existing:
         return set()
-    from serieskit.series import materialize
+    tree = _checkout(repo, work / "base", base)
+    result = parse_results(pre_commit(tree, config, hook_id, "--files", *existing))
+    return mypy_errors(result.get(hook_id, ("", ""))[1])
 
-    inits = [f for f in package_inits(existing) if _exists(tree, base, f)]
-    with tempfile.TemporaryDirectory() as tmp:
-        materialize(tree, base, Path(tmp), "pyproject.toml", *existing, *inits)
-        return mypy_errors(Path(tmp), existing)
+
+def _verdicts(hooks: list[Hook], results: dict[str, tuple[str, str]]) -> None:
+    for hook in hooks:
+        if hook.verdict:
+            continue
+        if hook.id not in results:
+            raise ToolkitError(f"pre-commit reported nothing for hook {hook.id}")
+        hook.verdict, hook.output = results[hook.id]
+
+
+def table(hooks: list[Hook]) -> list[str]:
+    width = max(len(h.id) for h in hooks)
+    return [f"  {h.id:<{width}}  {h.verdict}" for h in hooks]
+
+
+def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> list[str]:
+    """Lint the series head of ``repo`` against ``base``; print each hook's
+    verdict and return the hooks that failed. ``layering_check``
+    (``() -> bool``) is the base-vs-head verdict of check-layering."""
+    config = work / "pre-commit-config.yaml"
+    hooks = write_offline_config(repo, config)
+    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", "HEAD").strip())
+    log(f"lint: {repo / CONFIG} through pre-commit (offline config {config})")
+    _verdicts(hooks, parse_results(
+        pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD")))
+    files = changed_files(repo, base)
+    for hook in hooks:
+        if hook.verdict != "failed":
+            continue
+        if hook.id.startswith("mypy") and (errors := mypy_errors(hook.output)):
+            # A failure without error lines (mypy crashed) stays a failure.
+            new = errors - base_mypy_errors(repo, work, config, base, hook.id, files)
+            if not new:
+                hook.verdict = "passed (its errors are the base's too)"
+            else:
+                hook.output = "\n".join(f"{p}: {m}" for p, m in sorted(new))
+        elif hook.id == "check-layering" and layering_check is not None:
+            log("check-layering against the base, with the manifest's declarations:")
+            if layering_check():
+                hook.verdict = "passed (every increase declared in the manifest)"
+    failed = [h for h in hooks if h.verdict == "failed"]
+    for hook in failed:
+        log(f"--- {hook.id} failed:")
+        log(hook.output or "(no output)")
+    if changes := git.git(head, "diff", "--stat").strip():
+        log(f"--- files the hooks rewrote (git diff in {head}):")
+        log(changes)
+    log("hooks:")
+    for line in table(hooks):
+        log(line)
+    return [h.id for h in failed]
 
 
 def require_tools() -> None:
-    for mod in ("ruff", "mypy"):
-        if subprocess.run([sys.executable, "-m", mod, "--version"],
+    for mod in ("pre_commit", "yaml"):
+        if subprocess.run([sys.executable, "-c", f"import {mod}"],
                           capture_output=True).returncode != 0:
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
 
 
 def session(root: Path, log=print) -> None:
-    """``nox -s lint``: ruff, mypy and check-layering of the work tree's series."""
-    from serieskit import base, layering, series
+    """``nox -s lint``: the applied series through its tree's own hooks."""
+    from serieskit import base as pin_
+    from serieskit import layering, series
     from serieskit.state import State
 
     tree = series.applied_tree(root)
     state = State.load(root)
     assert state.base
     require_tools()
-    script = tree / "tools/pre_commit/check_layering.py"
-    failed = lint(tree, state.base, log=log)
-    if script.is_file():
-        pin = base.read_pin(root)
+
+    def layering_check() -> bool:
+        script = tree / layering.SCRIPT
+        pin = pin_.read_pin(root)
         # On a rebased work tree (a fork's ref, say) the pinned upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
         ref = pin.commit if pin.commit and pin.commit != state.base else None
-        if not layering.check_series(tree, state.base, script,
-                                     series.layering_acknowledged(root), ref):
-            failed.append("check-layering")
+        return layering.check_series(tree, state.base, script,
+                                     series.layering_acknowledged(root), ref, log=log)
+
+    failed = run(tree, root / series.WORK / "lint", state.base, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")

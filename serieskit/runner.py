@@ -162,3 +162,110 @@ def write_results(path: Path, outcomes: list[Outcome], series_commit: str,
             "files": [asdict(o) for o in outcomes], **(extra or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# -- upstream's own tests, on the base and on the series ---------------------
+#
+# Upstream's CPU-runnable test files that cover files the series changes
+# (patches/manifest.toml, `upstream_tests` per patch) run one process each on
+# the base (a detached worktree of the base commit, .work/upstream/base) and
+# on the series. A test that passes on the base and neither passes nor skips
+# with the series fails the session; upstream's own failures on this machine
+# (tests that fail on the base too) are reported, not held against the series.
+
+UPSTREAM = "upstream"
+
+
+def upstream_test_files(manifest: list[dict]) -> list[str]:
+    """The manifest's `upstream_tests`, in series order, each once."""
+    files: list[str] = []
+    for entry in manifest:
+        for test in entry.get("upstream_tests", []):
+            if test not in files:
+                files.append(test)
+    return files
+
+
+def case_results(xml: Path) -> dict[str, str]:
+    """{test id: passed / failed / skipped} from a JUnit XML file."""
+    if not xml.exists():
+        return {}
+    results = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        if case.find("skipped") is not None:
+            results[test] = "skipped"
+        elif case.find("failure") is not None or case.find("error") is not None:
+            results[test] = "failed"
+        else:
+            results[test] = "passed"
+    return results
+
+
+def regressions(base: dict[str, str], series: dict[str, str]) -> list[str]:
+    """Tests that pass on the base and do not pass (or skip) with the series;
+    a test the series no longer reports at all counts too."""
+    return sorted(t for t, r in base.items()
+                  if r == "passed" and series.get(t) not in ("passed", "skipped"))
+
+
+def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
+    """A detached worktree of ``repo`` at ``commit``, made or moved there."""
+    from serieskit import git
+
+    if not (dest / ".git").exists():
+        git.run(repo, "worktree", "prune")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
+    else:
+        git.git(dest, "checkout", "--quiet", "--force", "--detach", commit)
+        git.git(dest, "clean", "-fdq")
+    return dest
+
+
+def compare_upstream(base_tree: Path, series_tree: Path, tests: list[str], out_dir: Path,
+                     log=print, **kw) -> list[str]:
+    """Run ``tests`` on both trees; return the regressions as
+    ``file::test``, after a line per file."""
+    found = []
+    for i, test in enumerate(tests, 1):
+        log(f"upstream {i}/{len(tests)}: {test}")
+        results = {}
+        for name, tree in (("base", base_tree), ("series", series_tree)):
+            run_file(tree, test, out_dir / name, **kw)
+            results[name] = case_results(out_dir / name / (test.replace("/", "__") + ".xml"))
+        lost = regressions(results["base"], results["series"])
+        counts = {name: sum(r == "passed" for r in res.values())
+                  for name, res in results.items()}
+        fails = sum(r == "failed" for r in results["base"].values())
+        changed = (base_tree / test).read_bytes() != (series_tree / test).read_bytes()
+        log(f"  base {counts['base']} passed ({fails} failed there too), "
+            f"series {counts['series']} passed, {len(lost)} regression(s)"
+            + ("; the series changes this file" if changed else ""))
+        for t in lost:
+            log(f"      REGRESSION {t}: passes on the base, "
+                f"{results['series'].get(t, 'not reported')} with the series")
+        found += [f"{test}::{t}" for t in lost]
+    return found
+
+
+def upstream(root: Path, tree: Path, log=print) -> list[str]:
+    """`nox -s test`'s second half: the manifest's upstream test files on the
+    base and on the series; returns the regressions."""
+    from serieskit import series
+
+    tests = upstream_test_files(series.read_manifest(root))
+    if not tests:
+        return []
+    state = series.State.load(root)
+    assert state.base
+    base_tree = worktree_at(tree, root / series.WORK / UPSTREAM / "base", state.base)
+    out = root / series.WORK / "test-results" / UPSTREAM
+    for d in ("base", "series"):
+        (out / d).mkdir(parents=True, exist_ok=True)
+    # Tests that would fetch a model fail at once instead of retrying the hub,
+    # on both trees alike.
+    found = compare_upstream(base_tree, tree, tests, out, log=log,
+                             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
+    return found

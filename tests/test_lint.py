@@ -1,72 +1,235 @@
-"""lint: ruff and mypy on the files the series changes, nothing else."""
+"""lint: the linted tree's own pre-commit configuration, run offline."""
 
 from __future__ import annotations
 
 import importlib.util
 import subprocess
-
 import pytest
 
 from conftest import commit_file
 from serieskit import lint
 
-needs_tools = pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None or importlib.util.find_spec("mypy") is None,
-    reason="needs ruff and mypy (installed by nox -s ci / lint)")
+needs_pre_commit = pytest.mark.skipif(
+    importlib.util.find_spec("pre_commit") is None or importlib.util.find_spec("yaml") is None,
+    reason="needs pre-commit and PyYAML (installed by nox -s ci / lint)")
+
+RUFF = "https://github.com/astral-sh/ruff-pre-commit"
+CLANG = "https://github.com/pre-commit/mirrors-clang-format"
+
+
+def _config() -> dict:
+    return {
+        "default_stages": ["pre-commit", "manual"],
+        "exclude": "vllm/third_party/.*",
+        "repos": [
+            {"repo": RUFF, "rev": "v0.14.0", "hooks": [
+                {"id": "ruff-check", "args": ["--output-format", "github", "--fix"]},
+                {"id": "ruff-format"}]},
+            {"repo": CLANG, "rev": "v21.1.2", "hooks": [
+                {"id": "clang-format", "types_or": ["c++", "cuda"],
+                 "args": ["--style=file", "--verbose"]}]},
+            {"repo": "https://github.com/DavidAnson/markdownlint-cli2", "rev": "v0.21.0",
+             "hooks": [{"id": "markdownlint-cli2"}]},
+            {"repo": "https://github.com/example/unknown", "rev": "v1", "hooks": [{"id": "odd"}]},
+            {"repo": "local", "hooks": [
+                {"id": "mypy-3.11", "name": "mypy", "entry": "python tools/mypy.py 3.11",
+                 "language": "python", "additional_dependencies": ["mypy==1.20.2"],
+                 "stages": ["manual"]},
+                {"id": "shellcheck", "name": "sh", "entry": "tools/shellcheck.sh",
+                 "language": "script"},
+                {"id": "signoff", "name": "signoff", "entry": "bash", "language": "system",
+                 "stages": ["commit-msg"]},
+                {"id": "rust-fmt", "name": "rust", "entry": "cargo fmt", "language": "system",
+                 "stages": ["pre-commit"]}]},
+        ],
+    }
+
+
+def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
+    offline, hooks = lint.offline_config(_config(), which=lambda _: None)
+    (repo,) = offline["repos"]
+    assert repo["repo"] == "local"
+    by_id = {h["id"]: h for h in repo["hooks"]}
+    check = by_id["ruff-check"]
+    assert check["entry"] == "ruff check --force-exclude"
+    assert check["args"] == ["--output-format", "github", "--fix"]  # the tree's own args
+    assert check["additional_dependencies"] == ["ruff==0.14.0"]
+    assert check["language"] == "python"
+    assert by_id["ruff-format"]["entry"] == "ruff format --force-exclude"
+    clang = by_id["clang-format"]
+    assert clang["additional_dependencies"] == ["clang-format==21.1.2"]
+    assert clang["types_or"] == ["c++", "cuda"]  # the tree's setting wins
+    assert clang["entry"] == "clang-format -i"
+    # Local hooks as written, all run in the one stage lint runs.
+    assert by_id["mypy-3.11"]["entry"] == "python tools/mypy.py 3.11"
+    assert by_id["mypy-3.11"]["additional_dependencies"] == ["mypy==1.20.2"]
+    assert by_id["rust-fmt"]["stages"] == [lint.STAGE]
+    assert offline["exclude"] == "vllm/third_party/.*"
+    assert "default_stages" not in offline
+
+    verdicts = {h.id: h.verdict for h in hooks}
+    assert [h.id for h in hooks] == ["ruff-check", "ruff-format", "clang-format",
+                                     "markdownlint-cli2", "odd", "mypy-3.11", "shellcheck",
+                                     "signoff", "rust-fmt"]  # every hook, in order
+    assert verdicts["ruff-check"] == verdicts["mypy-3.11"] == ""  # to be run
+    assert verdicts["markdownlint-cli2"].startswith("not run: a node hook")
+    assert verdicts["odd"] == ("not run: no PyPI build of https://github.com/example/unknown "
+                               "known to the toolkit")
+    assert verdicts["shellcheck"].startswith("not run: shellcheck is not installed")
+    assert verdicts["signoff"].startswith("not run: stage commit-msg only")
+    assert {h["id"] for h in repo["hooks"]} == {"ruff-check", "ruff-format", "clang-format",
+                                                 "mypy-3.11", "rust-fmt"}
+
+
+def test_shellcheck_runs_where_installed_and_versions_lose_their_v():
+    _, hooks = lint.offline_config(_config(), which=lambda name: f"/usr/bin/{name}")
+    assert {h.id: h.verdict for h in hooks}["shellcheck"] == ""
+    assert lint.version_of("v0.14.0") == "0.14.0"
+    assert lint.version_of("0.11.1") == "0.11.1"
+    assert lint.version_of("vendor-1") == "vendor-1"
+
+
+VERBOSE = """\
+ruff check...............................................................Passed
+- hook id: ruff-check
+- duration: 0.05s
+clang-format.............................................................Failed
+- hook id: clang-format
+- files were modified by this hook
+
+Formatting [1/1] csrc/a.cu
+png lint.............................................(no files to check)Skipped
+- hook id: png-lint
+Check torch.cuda.........................................................Failed
+- hook id: check-torch-cuda-call
+- exit code: 1
+
+a.py:3: error: Found torch.cuda API call.
+"""
+
+
+def test_pre_commit_results_are_read_per_hook_id():
+    results = lint.parse_results(VERBOSE)
+    assert results["ruff-check"] == ("passed", "")
+    assert results["clang-format"][0] == "failed"
+    assert "csrc/a.cu" in results["clang-format"][1]
+    assert results["png-lint"] == ("skipped (no files to check)", "")
+    assert results["check-torch-cuda-call"] == ("failed", "a.py:3: error: Found torch.cuda API call.")
+    assert lint.mypy_errors("vllm/a.py:12: error: Bad [x]\nvllm/a.py: note: n\n") == {
+        ("vllm/a.py", "Bad [x]")}
+
+
+FAKE_MYPY = """\
+import sys
+bad = False
+for path in sys.argv[1:]:
+    for n, line in enumerate(open(path), 1):
+        if "ERR" in line:
+            print(f"{path}:{n}: error: ERR {line.split('ERR')[1].strip()}")
+            bad = True
+sys.exit(1 if bad else 0)
+"""
+
+TREE_CONFIG = """\
+repos:
+- repo: https://github.com/DavidAnson/markdownlint-cli2
+  rev: v0.21.0
+  hooks:
+  - id: markdownlint-cli2
+- repo: local
+  hooks:
+  - id: no-bad
+    name: no BAD
+    entry: bash -c '! grep -n BAD "$@"' --
+    language: system
+    types: [python]
+  - id: mypy-3.10
+    name: fake mypy
+    entry: python3 tools/fake_mypy.py
+    language: system
+    types: [python]
+  - id: upper
+    name: rewrites files
+    entry: sed -i s/lower/UPPER/
+    language: system
+    files: ^notes/
+  - id: only-md
+    name: markdown only
+    entry: "false"
+    language: system
+    files: \\.md$
+"""
 
 
 @pytest.fixture
-def tree(tmp_path):
+def tree(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(tmp_path / "cache"))
     t = tmp_path / "tree"
     t.mkdir()
     subprocess.run(["git", "init", "-q", str(t)], check=True)
-    (t / "pyproject.toml").write_text("[tool.ruff]\nline-length = 88\n")
-    commit_file(t, "vllm/old.py", "import os\n", "base with a ruff finding of its own")
+    commit_file(t, ".pre-commit-config.yaml", TREE_CONFIG, "config")
+    commit_file(t, "tools/fake_mypy.py", FAKE_MYPY, "fake mypy")
+    commit_file(t, "vllm/old.py", "x = 1  # BAD ERR upstream\n", "base with findings of its own")
     return t
 
 
-@needs_tools
-def test_only_the_series_files_are_checked_and_a_finding_fails(tree):
-    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
-    commit_file(tree, "vllm/new.py", "def f(x: int) -> int:\n    return x\n", "clean")
-    assert lint.changed_python_files(tree, base) == ["vllm/new.py"]
+def _head(tree):
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_pre_commit
+def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
+    base = _head(tree)
+    work = tmp_path / "lint"
+    # The series changes old.py but keeps the base's mypy error: not the series'.
+    commit_file(tree, "vllm/old.py", "x = 2  # ERR upstream\n", "series edit, base error kept")
+    commit_file(tree, "notes/a.txt", "all UPPER\n", "clean note")
+    lines: list[str] = []
+    assert lint.run(tree, work, base, log=lines.append) == []
+    table = dict(line.split(None, 1) for line in lines[lines.index("hooks:") + 1:])
+    assert table["no-bad"] == "passed"
+    assert table["mypy-3.10"] == "passed (its errors are the base's too)"
+    assert table["upper"] == "passed"
+    assert table["only-md"] == "skipped (no files to check)"
+    assert table["markdownlint-cli2"].startswith("not run: ")
+
+    commit_file(tree, "vllm/new.py", "y = 1  # BAD ERR series\n", "series finding")
+    commit_file(tree, "notes/b.txt", "lower\n", "note a formatter rewrites")
     lines = []
-    assert lint.lint(tree, base, log=lines.append) == []  # vllm/old.py is not the series'
-    commit_file(tree, "vllm/new.py", "import os\ndef f(x: int) -> str:\n    return x\n", "bad")
-    lines = []
-    failed = lint.lint(tree, base, log=lines.append)
-    assert failed == ["ruff check", "ruff format", "mypy"]
-    assert any("F401" in line for line in lines)  # the unused import, named
+    assert lint.run(tree, work, base, log=lines.append) == ["no-bad", "mypy-3.10", "upper"]
+    text = "\n".join(lines)
+    assert "vllm/new.py: ERR series" in text  # the new mypy error, named
+    assert "upstream" not in text.split("--- mypy-3.10 failed:")[1].split("---")[0]
+    assert "notes/b.txt" in text  # the rewritten file is listed
+    # The formatter rewrote the lint checkout, never the work tree.
+    assert (tree / "notes/b.txt").read_text() == "lower\n"
+    assert subprocess.run(["git", "-C", str(tree), "status", "--porcelain"],
+                          capture_output=True, text=True).stdout == ""
 
 
-def test_no_python_changes_say_so(tree):
-    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
-    lines = []
-    assert lint.lint(tree, base, log=lines.append) == []
-    assert lines == ["lint: the series changes no Python files"]
+@needs_pre_commit
+def test_check_layering_verdict_is_the_toolkit_s(tree, tmp_path):
+    config = (tree / ".pre-commit-config.yaml").read_text()
+    commit_file(tree, ".pre-commit-config.yaml", config + """\
+  - id: check-layering
+    name: layering
+    entry: "false"
+    language: system
+    pass_filenames: false
+""", "a layering hook that always fails")
+    base = _head(tree)
+    commit_file(tree, "vllm/c.py", "z = 1\n", "series")
+    calls = []
+    assert lint.run(tree, tmp_path / "lint", base, lambda: calls.append(1) or True,
+                    log=lambda _: None) == []
+    assert calls == [1]
+    assert lint.run(tree, tmp_path / "lint", base, lambda: False,
+                    log=lambda _: None) == ["check-layering"]
 
 
-def test_base_files_are_checked_inside_their_packages(tree, monkeypatch):
-    """The base's run sees the packages' __init__.py, as the tree's run does:
-    mypy reports some of upstream's errors only there."""
-    commit_file(tree, "pyproject.toml", "[tool.ruff]\nline-length = 88\n", "config")
-    commit_file(tree, "vllm/__init__.py", "", "package")
-    commit_file(tree, "vllm/sub/__init__.py", "", "subpackage")
-    commit_file(tree, "vllm/sub/mod.py", "x = 1\n", "module")
-    base = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
-    assert lint.package_inits(["vllm/sub/mod.py", "vllm/old.py"]) == [
-        "vllm/__init__.py", "vllm/sub/__init__.py"]
-    seen = {}
+def test_a_tree_without_config_is_named(tmp_path):
+    pytest.importorskip("yaml")
+    with pytest.raises(lint.ToolkitError, match="no .pre-commit-config.yaml"):
+        lint.write_offline_config(tmp_path, tmp_path / "out.yaml")
 
-    def fake_mypy_errors(root, files):
-        seen["files"] = files
-        seen["tree"] = sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
-        return set()
-
-    monkeypatch.setattr(lint, "mypy_errors", fake_mypy_errors)
-    lint._base_mypy_errors(tree, base, ["vllm/sub/mod.py"])
-    assert seen["files"] == ["vllm/sub/mod.py"]
-    assert seen["tree"] == ["vllm/__init__.py", "vllm/sub/__init__.py", "vllm/sub/mod.py"]

@@ -80,3 +80,65 @@ def test_select_runs_part_of_a_file(tmp_path):
     outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path, select="not two_gpus")
     # pytest reports the deselected test as neither run nor skipped.
     assert (outcome.passed, outcome.skipped, outcome.ok) == (1, 0, True)
+
+
+UPSTREAM_BASE = """
+import pytest
+
+def test_kept():
+    assert True
+
+def test_broken_by_series():
+    assert True
+
+def test_skipped_by_series():
+    assert True
+
+def test_fails_on_base_too():
+    assert False
+"""
+UPSTREAM_SERIES = """
+import pytest
+
+def test_kept():
+    assert True
+
+def test_broken_by_series():
+    assert 1 == 2
+
+@pytest.mark.skip(reason="needs a GPU now")
+def test_skipped_by_series():
+    pass
+
+def test_fails_on_base_too():
+    assert False
+"""
+
+
+def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
+    trees = {}
+    for name, text in (("base", UPSTREAM_BASE), ("series", UPSTREAM_SERIES)):
+        trees[name] = tmp_path / name
+        (trees[name] / "tests").mkdir(parents=True)
+        (trees[name] / "tests/test_up.py").write_text(text)
+    (trees["base"] / "tests/test_gone.py").write_text("def test_a():\n    pass\n")
+    (trees["series"] / "tests/test_gone.py").write_text("import nonexistent_module\n")
+    lines: list[str] = []
+    found = runner.compare_upstream(trees["base"], trees["series"],
+                                    ["tests/test_up.py", "tests/test_gone.py"],
+                                    tmp_path / "out", log=lines.append)
+    assert found == ["tests/test_up.py::tests.test_up::test_broken_by_series",
+                     "tests/test_gone.py::tests.test_gone::test_a"]
+    text = "\n".join(lines)
+    assert ("base 3 passed (1 failed there too), series 1 passed, 1 regression(s); "
+            "the series changes this file") in text
+    assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
+
+
+def test_upstream_files_come_from_the_manifest_in_series_order():
+    manifest = [{"file": "a", "upstream_tests": ["tests/x.py", "tests/y.py"]},
+                {"file": "b"},
+                {"file": "c", "upstream_tests": ["tests/y.py", "tests/z.py"]}]
+    assert runner.upstream_test_files(manifest) == ["tests/x.py", "tests/y.py", "tests/z.py"]
+    assert runner.regressions({"t": "passed", "u": "failed", "v": "passed"},
+                              {"t": "skipped", "u": "failed", "v": "failed"}) == ["v"]
