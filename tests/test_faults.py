@@ -403,6 +403,22 @@ def test_apply_killed_right_after_a_commit_is_repaired(sk, root):
     assert rev(work(root), "HEAD") == good
 
 
+def test_apply_killed_while_its_git_am_set_up_is_repaired(sk, root):
+    """Killed (git am with it) after git am made .git/rebase-apply, before it
+    marked the folder as an am's ("applying"): no rebase of the user's, and
+    nothing applied; the next apply makes the whole series."""
+    make_series(sk, root)
+    good = fresh_apply(sk, root)
+    shutil.rmtree(root / ".work")
+    killed_apply(root, at=2, when="before")
+    setup = work(root) / ".git" / "rebase-apply"
+    setup.mkdir()
+    shutil.copy(root / "patches" / names(root)[1], setup / "0001")
+    ok(sk("apply"))
+    assert rev(work(root), "HEAD") == good
+    assert not setup.exists()
+
+
 @pytest.mark.parametrize("at", [1, 2, 3])
 def test_apply_killed_with_its_git_processes_is_repaired(sk, root, at):
     """SIGKILL to the whole process group (git am included) as soon as the
