@@ -312,8 +312,8 @@ def session(root: Path, log=print) -> None:
     from serieskit.state import State
 
     tree = series.applied_tree(root)
-    state = State.load(root)
-    assert state.base
+    base_commit = State.load(root).base  # a local: mypy keeps its narrowing in the closure
+    assert base_commit
     require_tools()
 
     def layering_check() -> bool:
@@ -322,10 +322,10 @@ def session(root: Path, log=print) -> None:
         # On a rebased work tree (a fork's ref, say) the pinned upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
-        ref = pin.commit if pin.commit and pin.commit != state.base else None
-        return layering.check_series(tree, state.base, script,
+        ref = pin.commit if pin.commit and pin.commit != base_commit else None
+        return layering.check_series(tree, base_commit, script,
                                      series.layering_acknowledged(root), ref, log=log)
 
-    failed = run(tree, root / series.WORK / "lint", state.base, layering_check, log)
+    failed = run(tree, root / series.WORK / "lint", base_commit, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")
