@@ -275,14 +275,12 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     hr_kernel = HostAllReduce(
         cpu_group,
         rank,
-        SimpleNamespace(enabled=True, max_bytes=CE_MAX, copy_engine_max_bytes=0),
-        timeout_s=30.0,
+        SimpleNamespace(enabled=True, max_bytes=CE_MAX, copy_engine_max_bytes=0, timeout_s=30.0),
     )
     hr_ce = HostAllReduce(
         cpu_group,
         rank,
-        SimpleNamespace(enabled=True, max_bytes=16, copy_engine_max_bytes=CE_MAX),
-        timeout_s=30.0,
+        SimpleNamespace(enabled=True, max_bytes=16, copy_engine_max_bytes=CE_MAX, timeout_s=30.0),
     )
     assert not hr_kernel.disabled, hr_kernel.disabled_reason
     assert not hr_ce.disabled, hr_ce.disabled_reason
