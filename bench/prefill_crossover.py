@@ -47,7 +47,10 @@ import torch
 HEAD = 256
 HEADS, KV_HEADS, PAGE = 12, 2, 16  # the seed model's heads per TP rank
 QUERY_LENS = [8, 16, 24, 32, 48, 64, 65, 80, 96, 128, 192, 256, 384, 512, 1024]
-CONTEXTS = [0, 2048, 8192, 32768, 153_600]
+# 150k tokens of context beside 16 decode requests puts this bench's one
+# cache past 32-bit offsets, which the kernel refuses (the route declines
+# such a cache before it calls the kernel): measure up to 32k here.
+CONTEXTS = [0, 2048, 8192, 32768]
 DEFAULT_THRESHOLD = 65
 
 
