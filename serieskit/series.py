@@ -496,11 +496,19 @@ def layering_acknowledged(root: Path) -> dict[str, str]:
 
 
 def test_requirements(root: Path) -> list[str]:
-    """What the series' CPU tests need installed: torch (CPU) and vLLM's
-    Python requirements; nothing while the series has no test files."""
+    """What the series' CPU tests need installed: torch (CPU), vLLM's Python
+    requirements and the Triton of the GPU stack (3.6.0, torch 2.11's), which
+    compiles the series' Triton kernels for sm_75 / sm_70 without a GPU
+    (unpinned, vLLM's requirements bring whatever is newest); nothing while the
+    series has no test files."""
     if not test_files(root):
         return []
-    return ["torch==2.13.0", "-r", str(work_repo(root) / "requirements" / "common.txt")]
+    return [
+        "torch==2.13.0",
+        "triton==3.6.0",
+        "-r",
+        str(work_repo(root) / "requirements" / "common.txt"),
+    ]
 
 
 def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:

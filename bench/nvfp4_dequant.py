@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Benchmark of the NVFP4 dequantization to fp16 (patch 0008) on any CUDA GPU
+of compute capability 7.5 or higher (Marlin's layout needs gptq_marlin_repack).
+
+Runs on the GPU machine with the patched tree's ``vllm`` first on PYTHONPATH
+(``gpu/stage2.sh`` sets it up). For the seed's per-rank shapes (N x K of
+Qwen3.8-27B at TP=2) and every tile (16-element groups per program), both
+layouts (Marlin's, which SM75 and newer keep; the checkpoint's, SM70's):
+
+- the kernel's bandwidth, bytes read (codes and scales) plus bytes written
+  (fp16), over the median time of single launches after warm-up, each launch
+  after an L2 flush;
+- that bandwidth as a fraction of the device-to-device copy bandwidth
+  (read + write of a 1 GiB copy) measured in the same run; the goal at the
+  device's default tile is 0.8 or more;
+- every tile's output against the default tile's (bit-identical expected).
+
+And for the prefill GEMM at M = 2048 (plus a sweep of M, for the crossover
+on this GPU): dequantization + cuBLAS (F.linear) against Marlin's FP4 GEMM
+on the same weights, cuBLAS alone, and the registered op end to end.
+
+Figures are of the GPU it runs on (an H200 here), never of a Turing or Volta
+card; the seed's Turing figures are quoted in the output as the seed's.
+
+    python3 bench/nvfp4_dequant.py --out results/nvfp4_dequant_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import re
+import statistics
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+# N x K per rank (the seed's shapes, Qwen3.8-27B at TP=2).
+SHAPES = [(17408, 5120), (5120, 8704), (5120, 2560), (8192, 5120)]
+GEMM_M = 2048
+M_SWEEP = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096]
+SEED_TURING = {
+    "source": "/work/shared/seeds/000_9a4eb9d6ad5f6d16.txt (commit 0d83b1b)",
+    "label": "the seed's Turing figures: its own NVFP4 (QPN2) dequantization kernel "
+    "of its fork on one Quadro RTX 8000 (Tesla V100 where named), not this "
+    "kernel; whether CUDA graphs were used is not recorded",
+    "ms_64_to_16_groups": {
+        "17408x5120": [1.090, 0.496],
+        "5120x8704": [0.580, 0.250],
+        "5120x2560": [0.166, 0.075],
+        "8192x5120": [0.525, 0.230],
+    },
+    "gbps_17408x5120_16_groups": 460,
+    "v100_17408x5120_64_groups_ms": 0.930,
+    "results_file": "results/seed_turing_rtx8000x2.json (figures nvfp4_dequant.*)",
+}
+
+
+def timed(fn, reps: int, warmup: int, flush: torch.Tensor | None) -> dict:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.zero_()  # evict the inputs from L2
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return {
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "reps": reps,
+    }
+
+
+def copy_bandwidth(reps: int) -> dict:
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    t = timed(lambda: dst.copy_(src), reps, 5, None)
+    t["bytes"] = 2 * n
+    t["gbps"] = 2 * n / (t["median_ms"] * 1e-3) / 1e9
+    return t
+
+
+def make_weight(n: int, k: int, seed: int):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    weight = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda", generator=gen)
+    # Positive normal e4m3 scales (what trained checkpoints hold).
+    scales = torch.randint(
+        0x20, 0x60, (n, k // 16), dtype=torch.uint8, device="cuda", generator=gen
+    )
+    return weight, scales, torch.tensor([0.01], device="cuda")
+
+
+def marlin_layer(weight, scales, global_scale):
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
+        prepare_fp4_layer_for_marlin,
+    )
+
+    n, k = weight.shape[0], weight.shape[1] * 2
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+    layer.weight_scale = torch.nn.Parameter(
+        scales.view(torch.float8_e4m3fn).clone(), requires_grad=False
+    )
+    layer.weight_global_scale = torch.nn.Parameter(
+        global_scale.reshape(()).clone(), requires_grad=False
+    )
+    layer.output_size_per_partition = n
+    layer.input_size_per_partition = k
+    layer.params_dtype = torch.float16
+    layer.bias = None
+    prepare_fp4_layer_for_marlin(layer)
+    return layer
+
+
+def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]:
+    """Marlin, dequantization + cuBLAS, cuBLAS alone and the op at each M of
+    the sweep, on one layer's weights."""
+    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
+        apply_fp4_marlin_linear,
+    )
+
+    n, k = out.shape
+    shape = f"{n}x{k}"
+    g = marlin_args[2]
+    w = dq.nvfp4_dequant_marlin(*marlin_args)
+    rows = []
+    for m in M_SWEEP:
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        fns = {
+            "marlin": lambda x=x: apply_fp4_marlin_linear(
+                input=x,
+                weight=layer.weight,
+                weight_scale=layer.weight_scale,
+                weight_global_scale=layer.weight_global_scale,
+                workspace=layer.workspace,
+                size_n=n,
+                size_k=k,
+            ),
+            "dequant_cublas": lambda x=x: F.linear(
+                x, dq.nvfp4_dequant_marlin(*marlin_args, out=out, groups=groups)
+            ),
+            "cublas": lambda x=x: F.linear(x, w),
+            "op": lambda x=x: torch.ops.vllm.nvfp4_sm7x_linear(
+                x,
+                layer.weight,
+                layer.weight_scale,
+                g,
+                layer.weight_global_scale,
+                layer.workspace,
+                None,
+                None,
+                n,
+                k,
+                1,
+            ),
+        }
+        row: dict = {"shape": shape, "m": m}
+        reps = a.reps if m <= 2048 else max(20, a.reps // 2)
+        for name, fn in fns.items():
+            row[f"{name}_ms"] = timed(fn, reps, a.warmup, flush)["median_ms"]
+        row["marlin_over_dequant_cublas"] = row["marlin_ms"] / row["dequant_cublas_ms"]
+        rows.append(row)
+        print(
+            f"{shape:11s} M={m:5d}: Marlin {row['marlin_ms']:8.3f} ms, dequant + "
+            f"cuBLAS {row['dequant_cublas_ms']:8.3f} ms (cuBLAS {row['cublas_ms']:8.3f},"
+            f" op {row['op_ms']:8.3f})",
+            flush=True,
+        )
+        if m == GEMM_M:
+            for name, label in (
+                ("marlin", "Marlin FP4 GEMM"),
+                ("dequant_cublas", "dequantization + cuBLAS"),
+                ("cublas", "cuBLAS alone on the fp16 weight"),
+                ("op", "the op end to end (dequant route)"),
+            ):
+                figures[f"{shape}.m{m}.{name}_ms"] = {
+                    "value": round(row[f"{name}_ms"], 4),
+                    "unit": "ms",
+                    "label": f"{shape}, M={m}: {label}",
+                    "from": f"gemm[shape={shape}, m={m}].{name}_ms",
+                }
+    return rows
+
+
+def series_from_tree(vllm_root: Path) -> dict:
+    """The results header's series block from the tree this process imports
+    (the overlay on the GPU machine, no git there): the stamps the overlay
+    packer wrote and the git blob id of every file the series' patches touch,
+    hashed as git does (null where the tree does not carry the file)."""
+
+    def stamp(name: str) -> str | None:
+        p = vllm_root / name
+        return p.read_text().strip() if p.exists() else None
+
+    files = {}
+    for patch in sorted((ROOT / "patches").glob("*.patch")):
+        for path in re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), re.M):
+            f = vllm_root / path
+            if f.is_file():
+                data = f.read_bytes()
+                files[path] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            else:
+                files.setdefault(path, None)
+    return {
+        "base": f"vllm=={stamp('BASE_VERSION') or '0.26.0'}",
+        "commit": stamp("SERIES_COMMIT"),
+        "tree": stamp("SERIES_TREE"),
+        "files": dict(sorted(files.items())),
+        "files_from": f"git blob ids computed from the files under {vllm_root} "
+        "as imported by the run (null: not in that tree)",
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    a = ap.parse_args()
+
+    import triton
+    import vllm
+    from vllm.model_executor.kernels.linear.nvfp4 import sm7x_dequant  # the op
+    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
+
+    cap = torch.cuda.get_device_capability()
+    default_groups = dq.default_groups_per_program(cap)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    copy = copy_bandwidth(a.reps)
+    print(f"device-to-device copy: {copy['gbps']:.0f} GB/s (read + write)", flush=True)
+
+    figures: dict = {
+        "copy_bandwidth_gbps": {
+            "value": round(copy["gbps"], 1),
+            "unit": "GB/s",
+            "label": "device-to-device copy of 1 GiB, read + write bytes over the median time",
+            "from": "copy.gbps",
+        }
+    }
+    rows: list[dict] = []
+    gemm_rows: list[dict] = []
+    layouts_agree: dict[str, bool] = {}
+    for n, k in SHAPES:
+        shape = f"{n}x{k}"
+        weight, scales, g = make_weight(n, k, seed=n + k)
+        layer = marlin_layer(weight, scales, g)
+        inputs = {
+            "checkpoint": (weight, scales, g),
+            "marlin": (layer.weight.data, layer.weight_scale.data, g, n, k),
+        }
+        out = torch.empty(n, k, dtype=torch.float16, device="cuda")
+        refs = {}
+        for layout, args in inputs.items():
+            nbytes = args[0].nbytes + args[1].nbytes + out.nbytes
+            launch = (
+                dq.nvfp4_dequant_checkpoint if layout == "checkpoint" else (dq.nvfp4_dequant_marlin)
+            )
+            launch(*args, out=out, groups=default_groups)
+            ref = refs[layout] = out.clone()
+            for groups in dq.GROUPS_PER_PROGRAM_CHOICES:
+                t = timed(partial(launch, *args, out=out, groups=groups), a.reps, a.warmup, flush)
+                t["gbps"] = nbytes / (t["median_ms"] * 1e-3) / 1e9
+                t["fraction_of_copy_bandwidth"] = t["gbps"] / copy["gbps"]
+                t["bit_identical_to_default_tile"] = bool(
+                    torch.equal(out.view(torch.int16), ref.view(torch.int16))
+                )
+                rows.append(
+                    {
+                        "shape": shape,
+                        "n": n,
+                        "k": k,
+                        "layout": layout,
+                        "groups_per_program": groups,
+                        "bytes": nbytes,
+                        **t,
+                    }
+                )
+                key = f"{shape}.{layout}.g{groups}"
+                figures[f"{key}.gbps"] = {
+                    "value": round(t["gbps"], 1),
+                    "unit": "GB/s",
+                    "label": f"{shape}, {layout} layout, {groups} groups per program",
+                    "from": f"rows[shape={shape}, layout={layout}, groups={groups}].gbps",
+                }
+                figures[f"{key}.fraction_of_copy_bandwidth"] = {
+                    "value": round(t["fraction_of_copy_bandwidth"], 3),
+                    "unit": "fraction",
+                    "label": f"{shape}, {layout} layout, {groups} groups per program, "
+                    "of the device-to-device copy bandwidth",
+                    "from": f"rows[shape={shape}, layout={layout}, groups={groups}]"
+                    ".fraction_of_copy_bandwidth",
+                }
+                print(
+                    f"{shape:11s} {layout:10s} {groups:3d} groups: "
+                    f"{t['median_ms'] * 1e3:8.1f} us {t['gbps']:7.0f} GB/s "
+                    f"({100 * t['fraction_of_copy_bandwidth']:.0f} % of copy)"
+                    + ("" if t["bit_identical_to_default_tile"] else "  NOT IDENTICAL"),
+                    flush=True,
+                )
+            figures[f"{shape}.{layout}.default_tile.fraction_of_copy_bandwidth"] = dict(
+                figures[f"{shape}.{layout}.g{default_groups}.fraction_of_copy_bandwidth"],
+                label=f"{shape}, {layout} layout, this device's default tile "
+                f"({default_groups} groups per program), of the copy bandwidth",
+            )
+
+        # Positive normal scales: both layouts hold the same weight.
+        layouts_agree[shape] = bool(
+            torch.equal(refs["checkpoint"].view(torch.int16), refs["marlin"].view(torch.int16))
+        )
+        # GEMMs on the same weights: dequantization + cuBLAS against Marlin.
+        gemm_rows += gemm_sweep(layer, inputs["marlin"], out, default_groups, a, flush, figures)
+        faster = [
+            r["m"]
+            for r in gemm_rows
+            if r["shape"] == shape and r["dequant_cublas_ms"] <= r["marlin_ms"]
+        ]
+        figures[f"{shape}.crossover_m"] = {
+            "value": min(faster) if faster else None,
+            "unit": "tokens",
+            "label": f"{shape}: smallest M of the sweep where dequantization + cuBLAS "
+            "is no slower than Marlin on this GPU (not a Turing figure)",
+            "from": "gemm",
+        }
+        torch.cuda.empty_cache()
+
+    props = torch.cuda.get_device_properties(0)
+    smi = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+    vllm_root = Path(vllm.__file__).resolve().parents[1]
+    result = {
+        "schema": "vllm-series-results/1",
+        "kind": "bench",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {
+            "name": props.name,
+            "kind": "nvidia-h200" if "H200" in props.name else props.name,
+            "gpu": props.name,
+            "gpus": 1,
+            "driver": smi[0] if smi else None,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "label": f"{props.name} figure, not a Turing or Volta figure",
+        },
+        "series": series_from_tree(vllm_root),
+        "figures": figures,
+        "what": "NVFP4 dequantization to fp16 (patch 0008): bandwidth per shape, layout "
+        "and tile against the device-to-device copy; prefill GEMM, dequantization "
+        "+ cuBLAS against Marlin",
+        "triton": triton.__version__,
+        "capability": list(cap),
+        "sm_count": props.multi_processor_count,
+        "default_groups_per_program": default_groups,
+        "goal": "fraction_of_copy_bandwidth >= 0.8 at the default tile",
+        "timing": "CUDA events around single launches, median of reps after warm-up, "
+        "L2 flushed (256 MiB written) before each; bytes: codes + scales read, "
+        "fp16 written",
+        "copy": copy,
+        "rows": rows,
+        "layouts_bit_identical": layouts_agree,
+        "gemm": gemm_rows,
+        "seed_turing": SEED_TURING,
+        "op_module": sm7x_dequant.__name__,
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    ok = all(r["bit_identical_to_default_tile"] for r in rows) and all(layouts_agree.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
