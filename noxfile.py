@@ -80,7 +80,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
-    session.install(TOOLKIT, GITPYTHON)
+    session.install(TOOLKIT, GITPYTHON, *LINT)  # LINT: the target tree's pre-commit check
     session.run("python", "-m", "serieskit", "pr", *session.posargs)
 
 

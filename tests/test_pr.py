@@ -87,10 +87,12 @@ machine = "2 x NVIDIA H200"
 '''
 
 
-def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS) -> Path:
-    """A toolkit root on a synthetic release carrying ``template``, with the
-    series PATCHES applied and exported, and a fresh results file."""
-    files = dict(BASE_FILES)
+def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS,
+              extra: dict[str, str] | None = None) -> Path:
+    """A toolkit root on a synthetic release carrying ``template`` (and the
+    ``extra`` files), with the series PATCHES applied and exported, and a
+    fresh results file."""
+    files = dict(BASE_FILES, **(extra or {}))
     files[".github/PULL_REQUEST_TEMPLATE.md"] = (FIXTURES / template).read_text()
     sha = add_release(cache, "0.0.2", files)
     root = tmp_path / "root"
@@ -364,6 +366,59 @@ def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
     checks = json.loads((root / ".work/pr/overlap/check.json").read_text())
     assert checks["ref"] is None
     assert git.rev(series.work_repo(root), "refs/series/pr/host/v1")  # the other one is built
+
+
+# The target tree's own hooks: pygrep needs no environment (offline).
+PRECOMMIT = """\
+repos:
+- repo: local
+  hooks:
+  - id: no-copy-engine-name
+    name: no copy_engine_mode
+    entry: copy_engine_mode
+    language: pygrep
+    files: ^vllm/
+  - id: no-f19
+    name: the base's own finding
+    entry: return 19
+    language: pygrep
+    files: ^vllm/
+"""
+
+
+def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
+    pytest.importorskip("pre_commit")
+    pytest.importorskip("yaml")
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = str(e.value)
+    # host's own commits add copy_engine_mode; the overlap's (c1) do not, and
+    # vllm/utils.py's "return 19" is the base's, in no PR's changed files
+    assert "host: pre-commit on the changed files: hook no-copy-engine-name fails" in msg
+    assert "overlap: pre-commit" not in msg and "no-f19" not in msg
+    log = (root / ".work/pr/host/pre-commit.txt").read_text()
+    assert "vllm/host_reduce.py" in log
+    checks = json.loads((root / ".work/pr/overlap/check.json").read_text())["checks"]
+    assert next(c for c in checks if c["check"].startswith("pre-commit"))["ok"] is True
+
+
+def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, monkeypatch):
+    from serieskit import lint
+
+    def missing() -> None:
+        raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
+
+    monkeypatch.setattr(lint, "require_tools", missing)
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    run(root)  # without --check: reported as not run
+    checks = json.loads((root / ".work/pr/host/check.json").read_text())["checks"]
+    pre = next(c for c in checks if c["check"].startswith("pre-commit"))
+    assert pre["ok"] is None and pre["detail"].startswith("not run: lint needs pre_commit")
+    with pytest.raises(ToolkitError, match="pre-commit on the changed files: not run"):
+        run(root, check=True)
 
 
 def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
