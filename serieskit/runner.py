@@ -13,9 +13,7 @@ next. Each file writes JUnit XML; the summary gives per file
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -133,35 +131,33 @@ def summary(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def environment() -> dict:
-    """What ran the tests: GPU, driver, torch (where importable)."""
-    info = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "host": platform.node(),
-            "python": platform.python_version()}
-    try:
-        import torch
-        info["torch"] = torch.__version__
-        info["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i)
-                            for i in range(torch.cuda.device_count())]
-            info["capability"] = list(torch.cuda.get_device_capability(0))
-    except ImportError:
-        info["torch"] = None
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        info["driver"] = smi.stdout.split("\n")[0].strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        info["driver"] = None
-    return info
+def test_counts(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """The header's ``test_files``: file -> passed, failed, skipped, errors."""
+    return {o.file: {"passed": o.passed, "failed": o.failed, "skipped": o.skipped,
+                     "errors": o.errors} for o in outcomes}
 
 
-def write_results(path: Path, outcomes: list[Outcome], series_commit: str,
-                  extra: dict | None = None) -> None:
-    data = {**environment(), "series_commit": series_commit,
-            "files": [asdict(o) for o in outcomes], **(extra or {})}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def test_figures(outcomes: list[Outcome]) -> dict[str, dict]:
+    from serieskit.results import figure
+
+    return {f"{Path(o.file).stem}.{k}": figure(
+        getattr(o, k), "tests", f"{o.file}: tests {k}", f"test_files['{o.file}'].{k}")
+        for o in outcomes for k in ("passed", "failed")}
+
+
+def write_results(path: Path, outcomes: list[Outcome], series: dict,
+                  extra: dict | None = None, machine: dict | None = None) -> dict:
+    """A ``tests`` results file (results/README.md): the header (this
+    machine unless ``machine`` is given; ``series`` from
+    :mod:`serieskit.results`), then each file's outcome and ``extra``."""
+    from serieskit import results
+
+    doc = results.document(
+        "tests", {"files": [asdict(o) for o in outcomes], **(extra or {})},
+        machine=machine or results.machine(), series=series,
+        figures=test_figures(outcomes), test_files=test_counts(outcomes))
+    results.write(path, doc)
+    return doc
 
 
 # -- upstream's own tests, on the base and on the series ---------------------
