@@ -67,12 +67,14 @@ def test_results_json_names_the_machine_and_the_commit(tmp_path):
     tree = make_tree(tmp_path)
     outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path)
     dest = tmp_path / "results" / "r.json"
-    runner.write_results(dest, [outcome], "abc123")
+    series = {"base": "vllm==0.26.0", "commit": "abc123", "tree": None, "files": {},
+              "files_from": None}
+    runner.write_results(dest, [outcome], series)
     data = json.loads(dest.read_text())
-    assert data["series_commit"] == "abc123" and data["date"]
-    assert "driver" in data and "torch" in data
+    assert data["series"]["commit"] == "abc123" and data["date"]
+    assert "driver" in data["machine"] and "torch" in data["machine"]
     assert data["files"][0]["file"] == "tests/test_ok.py"
-    assert data["files"][0]["passed"] == 1
+    assert data["test_files"]["tests/test_ok.py"]["passed"] == 1
 
 
 def test_select_runs_part_of_a_file(tmp_path):
