@@ -6,7 +6,11 @@ stamps, base version), then the outcomes.
     python3 gpu/run_tests.py TREE OUT.json [-k EXPR] [TEST_FILE ...]
 
 With test files named, only those run (they must be the series' own); -k
-selects tests in them as pytest's -k does (a long file over two runs)."""
+selects tests in them as pytest's -k does (a long file over two runs). With
+COVERAGE=1 they run under coverage.py (test contexts, every Python process
+they start included) and the report goes beside OUT.json as
+coverage-<machine>.json (e.g. coverage-h200x2.json): copied here to
+.work/pr/coverage/h200x2.json, the pr session lists it beside the CPU's."""
 
 import os
 import shlex
@@ -39,9 +43,14 @@ def main(argv: list[str]) -> int:
     logs = Path("/tmp/test-logs")
     shutil.rmtree(logs, ignore_errors=True)
     ran = chosen or files
-    outcomes = runner.run_all(tree, ran, logs, select=select)
+    rc = runner.coverage_rc(Path("/tmp/coverage-data")) if os.environ.get("COVERAGE") == "1" \
+        else None
+    outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc)
     runner.write_results(dest, outcomes, results.series_from_stamps(tree),
                          {"commands": commands(ran, select)})
+    if rc:
+        report = dest.parent / f"coverage-{runner.machine_slug()}.json"
+        runner.coverage_report(tree, rc, report, results.series_from_stamps(tree))
     # One archive: the GPU machine returns at most eight files from its output folder.
     with tarfile.open(dest.parent / "test-logs.tgz", "w:gz") as tar:
         tar.add(logs, arcname="test-logs")

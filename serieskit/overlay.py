@@ -38,7 +38,7 @@ GPU_WHEELS = (
     "llguidance>=1.7,<1.8", "xgrammar==0.2.8", "apache-tvm-ffi", "fastapi>=0.133,<0.137",
     "partial-json-parser", "pydantic", "pydantic-core", "annotated-types",
     "typing-inspection", "starlette", "jiter", "distro", "sniffio", "blake3", "depyf",
-    "astor", "dill",
+    "astor", "dill", "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
 )
 GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64", "manylinux1_x86_64"]
