@@ -36,7 +36,7 @@ try:  # the GPU machine's; document() and the figures need none of it
     import torch.distributed as dist
     import torch.multiprocessing as mp
 except ImportError:
-    torch = dist = mp = None  # type: ignore[assignment]
+    torch = dist = mp = None
 
 SIZES = [262144, 1048576, 4194304, 8192000, 20971520]
 CE_MAX = 20971520

@@ -38,7 +38,7 @@ from serieskit import results  # noqa: E402
 try:  # the GPU machine's; document() and the figures need none of it
     import torch
 except ImportError:
-    torch = None  # type: ignore[assignment]
+    torch = None
 
 HEAD = 256
 HEADS, KV_HEADS, PAGE = 12, 2, 16

@@ -345,7 +345,8 @@ def header_of(runs: list[dict]) -> tuple[dict, dict, str]:
     if all(r.get("schema") == results.SCHEMA for r in runs):
         commits = {r["series"].get("commit") for r in runs}
         if len(commits) > 1:
-            raise SystemExit(f"error: the runs are of different series: {sorted(map(str, commits))}")
+            raise SystemExit("error: the runs are of different series: "
+                             + ", ".join(sorted(map(str, commits))))
         return runs[0]["machine"], runs[0]["series"], runs[0]["date"]
     env = runs[0].get("env", {})
     machine = results.machine_block(env.get("gpus") or [], env.get("driver"), env.get("torch"),

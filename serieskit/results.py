@@ -42,9 +42,8 @@ def figure(value: object, unit: str, label: str, source: str) -> dict:
 # --- the machine ---------------------------------------------------------------
 
 
-def p2p_from_env(env: dict | None = None) -> str:
-    env = os.environ if env is None else env
-    return "off (NCCL_P2P_DISABLE=1)" if env.get("NCCL_P2P_DISABLE") == "1" else "on"
+def p2p_from_env() -> str:
+    return "off (NCCL_P2P_DISABLE=1)" if os.environ.get("NCCL_P2P_DISABLE") == "1" else "on"
 
 
 def label(gpu: str | None, gpus: int, p2p: str | None = None,

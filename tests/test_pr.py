@@ -458,7 +458,6 @@ def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
 
 def test_line_map_follows_later_changes(tmp_path):
     from conftest import commit_file
-
     from serieskit import prbody
 
     repo = tmp_path / "r"
