@@ -334,8 +334,9 @@ def _coverage_row(path: str, machine: str, data: dict | None, lines: set[int],
                     for c in data.get("contexts", {}).get(str(at[n]), []) if c})
     notes = [x for x in (stale, f"{len(later)} changed again by a later PR, not measured"
                          if later else None) if x]
+    none = "none" if executable else "none (no executable line changed)"
     return [f"`{path}`", machine, f"{len(executable) - len(missing)} / {len(executable)}",
-            (_ranges(missing) or "none") + (f" ({'; '.join(notes)})" if notes else ""),
+            (_ranges(missing) or none) + (f" ({'; '.join(notes)})" if notes else ""),
             ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")]
 
 
