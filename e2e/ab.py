@@ -61,7 +61,7 @@ BASE_ENV = {"NCCL_P2P_DISABLE": "1", "VLLM_USE_V2_MODEL_RUNNER": "1",
 
 def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     env = {**os.environ, **BASE_ENV, **arm.get("env", {}), **(env_extra or {})}
-    # The workers import the weight re-initialisation from here.
+    # The workers import their extension (e2e_worker.py) from here.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     cmd = [sys.executable, str(HERE / "boot.py"), "--model", args.model,
            "--arm", json.dumps(arm), "--prefill", args.prefill,
