@@ -19,7 +19,8 @@ The model's checkpoint is written first, once per machine (models.py: std
 0.02, norms 1). The run fails (exit 1, after writing) when the median top-2
 logit gap of the reference boot's greedy steps is below 0.01: flat logits
 make the greedy comparison meaningless. Each reference boot also profiles
-one prompt of --profile-tokens (one 2048-token chunk by default; 0: none):
+one prompt of --profile-tokens (one 2048-token chunk by default; 0: none;
+the arm named by --profile-arm, "reference" by default, in any order):
 per-kernel device times give the compute and communication time of a
 layer-chunk, and from them an ideal-overlap bound, the prefill saving if
 every layer-chunk hid min(compute, communication); each arm's measured
@@ -406,6 +407,8 @@ def main() -> int:
                    help="skip the warm boot (the kernel caches on disk are already filled)")
     p.add_argument("--profile-tokens", type=int, default=models.CHUNK,
                    help="tokens of the prompt each reference boot profiles (0: none)")
+    p.add_argument("--profile-arm", default="reference",
+                   help="the arm whose boots profile that prompt (default: reference)")
     p.add_argument("--timeout", type=int, default=400)
     args = p.parse_args()
     if args.merge:
@@ -415,7 +418,9 @@ def main() -> int:
     arms = [json.loads(Path(f).read_text()) for f in args.arms]
     if len(arms) == 1:
         arms = [arms[0], dict(arms[0], name=arms[0]["name"] + "-again")]
-    args.reference_arm = arms[0]
+    # Profiled: the arm named by --profile-arm (the reference, whatever the
+    # order of this call), else the first.
+    args.reference_arm = next((a for a in arms if a["name"] == args.profile_arm), arms[0])
     layers = args.layers or models.LAYERS[args.model]
     order = boot_order(arms, args.rounds, args.ceiling, not args.no_warm)
     boots: list[dict] = []
