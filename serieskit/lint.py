@@ -229,8 +229,8 @@ def mypy_errors(output: str) -> set[tuple[str, str]]:
             if (m := _MYPY_ERROR.match(line))}
 
 
-def changed_files(tree: Path, base: str) -> list[str]:
-    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD")
+def changed_files(tree: Path, base: str, head: str = "HEAD") -> list[str]:
+    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, head)
     return out.split()
 
 
@@ -260,17 +260,19 @@ def table(hooks: list[Hook]) -> list[str]:
     return [f"  {h.id:<{width}}  {h.verdict}" for h in hooks]
 
 
-def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> list[str]:
-    """Lint the series head of ``repo`` against ``base``; print each hook's
-    verdict and return the hooks that failed. ``layering_check``
-    (``() -> bool``) is the base-vs-head verdict of check-layering."""
+def run(repo: Path, work: Path, base: str, layering_check=None, log=print,
+        commit: str = "HEAD") -> list[str]:
+    """Lint ``commit`` of ``repo`` (the series head) against ``base`` with
+    that commit's own config; print each hook's verdict and return the hooks
+    that failed. ``layering_check`` (``() -> bool``) is the base-vs-head
+    verdict of check-layering."""
     config = work / "pre-commit-config.yaml"
-    hooks = write_offline_config(repo, config)
-    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", "HEAD").strip())
-    log(f"lint: {repo / CONFIG} through pre-commit (offline config {config})")
+    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
+    hooks = write_offline_config(head, config)
+    log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
     _verdicts(hooks, parse_results(
         pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD")))
-    files = changed_files(repo, base)
+    files = changed_files(repo, base, commit)
     for hook in hooks:
         if hook.verdict != "failed":
             continue
@@ -296,6 +298,12 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> li
     for line in table(hooks):
         log(line)
     return [h.id for h in failed]
+
+
+def precommit_changed(tree: Path, work: Path, lower: str, head: str, log=print) -> list[str]:
+    """The hooks of ``head``'s own config that fail on what ``lower..head``
+    changes (a pull request's commits): :func:`run` on that range."""
+    return run(tree, work, lower, None, log, commit=head)
 
 
 def require_tools() -> None:
