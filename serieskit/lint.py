@@ -305,27 +305,27 @@ def require_tools() -> None:
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
 
 
-def session(root: Path, log=print) -> None:
-    """``nox -s lint``: the applied series through its tree's own hooks."""
-    from serieskit import base as pin_
-    from serieskit import layering, series
+def session(where, log=print) -> None:
+    """``nox -s lint``: the applied series (the pin's or a port's) through its
+    tree's own hooks."""
+    from serieskit import layering, series, target
     from serieskit.state import State
 
-    tree = series.applied_tree(root)
-    state = State.load(root)
+    t = target.of(where)
+    tree = series.applied_tree(t)
+    state = State.load(t)
     assert state.base
     require_tools()
 
     def layering_check() -> bool:
         script = tree / layering.SCRIPT
-        pin = pin_.read_pin(root)
-        # On a rebased work tree (a fork's ref, say) the pinned upstream base
+        # On a rebased work tree (a fork's ref, say) the target's upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
-        ref = pin.commit if pin.commit and pin.commit != state.base else None
+        ref = t.commit if t.commit and t.commit != state.base else None
         return layering.check_series(tree, state.base, script,
-                                     series.layering_acknowledged(root), ref, log=log)
+                                     series.layering_acknowledged(t), ref, log=log)
 
-    failed = run(tree, root / series.WORK / "lint", state.base, layering_check, log)
+    failed = run(tree, t.out("lint"), state.base, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")
