@@ -125,8 +125,8 @@ def read_ports(root: Path) -> list[Port]:
         if any(p.version == version for p in ports):
             raise ToolkitError(f"{path}: two [[port]] tables for vLLM {version}")
         folder = table.get("patches")
-        if (not isinstance(folder, str) or not folder or Path(folder).is_absolute()
-                or ".." in Path(folder).parts or Path(folder).parts[:1] in (("patches",), (".work",))):
+        parts = Path(folder).parts if isinstance(folder, str) else ()
+        if not parts or parts[0] in ("/", "patches", ".work") or ".." in parts:
             raise ToolkitError(f"{path}: {where}.patches must be a folder inside the toolkit "
                                f'of its own, such as "ports/{version}", not {folder!r}')
         torch = table.get("torch")

@@ -48,6 +48,9 @@ from serieskit.state import RebaseState, State
 from serieskit.target import Target
 
 CARRIED = "carried.toml"
+# The interdiff commits' author (a fixup keeps the port's own author and message).
+_IDENT = {"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
+          "GIT_AUTHOR_DATE": base.BASE_DATE}
 KERNELS = "csrc/sm7x"  # must be byte-identical in the pin's series and every port
 
 
@@ -340,7 +343,7 @@ def _pin_side(pin: Target, port: Target, pins: list[PinPatch], p: Plan,
                 # (so a stop names the port's patch).
                 message = f"{subjects.get(x.name, x.name)}\n\ncarry: the pin's {x.name}\n"
                 steps[x.name] = git.git(tree, "commit-tree", f"{b}^{{tree}}", "-p", a,
-                                        "-m", message).strip()
+                                        "-m", message, env=_IDENT).strip()
                 git.git(tree, "checkout", "-q", "--detach", b)
             else:
                 b = _am(tree, pin.patches / x.file, f"the pin's {x.file}")

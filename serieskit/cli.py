@@ -199,6 +199,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def port_of(argv: list[str]) -> str | None:
+    """The VERSION of ``--port VERSION`` (or ``--port=VERSION``) in ``argv``,
+    for the sessions that install per target before the command runs."""
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--port="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def run(argv: list[str], root: Path = ROOT) -> int:
     try:
         args = _parser().parse_args(argv)

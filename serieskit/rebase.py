@@ -190,11 +190,11 @@ def _after_git(root: Path, proc, log) -> Path | None:
     return run_to_stop(root, proc, lambda: _finish(root, log), log)
 
 
-def run_to_stop(where: Path | Target, proc, finish, log):
+def run_to_stop(at: Path | Target, proc, finish, log):
     """Drive a ``git rebase`` (the toolkit's rebase, or a carry) until it
     finishes (then ``finish()``) or stops at a conflict that no recorded
     resolution resolves (then the help and an error)."""
-    t = target.of(where)
+    t = target.of(at)
     repo = t.work
     # A stop that recorded resolutions resolved whole goes on by itself.
     last = None
@@ -270,10 +270,10 @@ def progress(repo: Path) -> tuple[int, int, str] | None:
     return done, total, subject
 
 
-def conflict_lines(where_: Path | Target) -> list[str]:
+def conflict_lines(at: Path | Target) -> list[str]:
     """Where a stopped rebase (or carry) is, what upstream changed there, and
     the commands that go on from there."""
-    t = target.of(where_)
+    t = target.of(at)
     repo = t.work
     state = State.load(t)
     rb = state.rebase

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from serieskit import base, git, safety, target
 from serieskit.errors import ToolkitError, failed
-from serieskit.state import WORK, State
+from serieskit.state import WORK, State  # noqa: F401 (WORK: callers read it here)
 from serieskit.target import Target
 
 # Every function that takes ``where`` acts on that target (the pin's series or
