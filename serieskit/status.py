@@ -22,6 +22,8 @@ def status(where: Path | Target, log=print) -> dict:
     owner = f"port:      vLLM {pin.version} ({t.patches_label})" if t.port else \
         f"pin:       vLLM {pin.version}"
     log(f"{owner} (sdist sha256 {pin.sha256[:16]}..., base commit {(pin.commit or '?')[:12]})")
+    if not t.port:
+        _port_lines(t, info, log)
     if not repo.exists():
         log(f"work tree: none ({repo} not made yet: `{t.cmd('apply')}`)")
         info["work_tree"] = None
@@ -67,6 +69,24 @@ def status(where: Path | Target, log=print) -> dict:
              advise=state.complete and on_pin and branch == series.BRANCH)
     _uncommitted(repo, info, log)
     return info
+
+
+def _port_lines(pin: Target, info: dict, log) -> None:
+    """One line per port: whether it has every change of the pin's patches."""
+    from serieskit import carry
+
+    info["ports"] = {}
+    for port in base.read_ports(pin.root):
+        try:
+            t = target.port(pin.root, port.version)
+            p = carry.plan(carry.pin_patches(pin), carry.read_carried(t), carry.port_names(t))
+            lags = [x.name for x in p.changed + p.new] + p.dropped + p.unrecorded
+        except ToolkitError as e:
+            lags = [f"({e})"]
+        info["ports"][port.version] = lags
+        log(f"port:      vLLM {port.version} ({port.patches}): "
+            + (f"lacks the pin's changes to {', '.join(lags)}: `nox -s carry -- {port.version}`"
+               if lags else "has every change of the pin's patches"))
 
 
 def _rebased_lines(state: State, pin: base.Pin, log) -> None:

@@ -391,3 +391,23 @@ def _status_lines(t):
     lines: list[str] = []
     status.status(t, log=lines.append)
     return lines
+
+
+def test_pr_builds_from_a_port_with_onto(pinport):
+    from serieskit import pr
+
+    pin, port = pinport
+    assert pr.onto_target(pin.root, None) == pin == pr.onto_target(pin.root, "vllm==0.0.1")
+    assert pr.onto_target(pin.root, f"vllm=={PORT}") == port
+    with pytest.raises(ToolkitError, match="no series tree for vLLM 9.9.9 yet"):
+        pr.onto_target(pin.root, "vllm==9.9.9")
+
+
+
+def test_the_pins_status_says_whether_each_port_is_carried(pinport):
+    pin, port = pinport
+    assert f"port:      vLLM {PORT} (ports/{PORT}): has every change of the pin's patches" \
+        in _status_lines(pin)
+    write_series(pin, pin_patches(f0(101)))
+    assert (f"port:      vLLM {PORT} (ports/{PORT}): lacks the pin's changes to f0: "
+            f"`nox -s carry -- {PORT}`") in _status_lines(pin)
