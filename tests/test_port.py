@@ -411,3 +411,24 @@ def test_the_pins_status_says_whether_each_port_is_carried(pinport):
     write_series(pin, pin_patches(f0(101)))
     assert (f"port:      vLLM {PORT} (ports/{PORT}): lacks the pin's changes to f0: "
             f"`nox -s carry -- {PORT}`") in _status_lines(pin)
+
+
+def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeypatch):
+    from serieskit import build, overlay, runner
+
+    pin, port = pinport
+    seen: dict = {}
+    monkeypatch.setattr(build, "session", lambda tree, out, **kw: seen.update(build=(tree, out)))
+    monkeypatch.setattr(runner, "run_all", lambda tree, tests, out, **kw: seen.update(
+        test=(tree, out)) or [])
+    assert cli.run(["build", "--port", PORT], pin.root) == 0
+    assert cli.run(["test", "--port", PORT], pin.root) == 0
+    assert seen == {"build": (port.work, pin.root / ".work" / f"build-{PORT}"),
+                    "test": (port.work, pin.root / ".work" / f"test-results-{PORT}")}
+    port.out("build").mkdir()
+    (port.out("build") / "_sm7x_C.abi3.so").write_text("module")
+    overlay.session(port, log=quiet)
+    dest = pin.root / "overlays" / f"vllm-{PORT}" / "vllm"
+    assert (dest / "_sm7x_C.abi3.so").read_text() == "module"
+    assert "return 100\n" in (dest / "utils.py").read_text()
+    assert cli.port_of(["--port", PORT]) == PORT == cli.port_of([f"--port={PORT}"])
