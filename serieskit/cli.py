@@ -89,7 +89,8 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
 def cmd_test(args: argparse.Namespace, t: Target) -> None:
     tree = series.applied_tree(t)
     outcomes = runner.run_all(tree, series.test_files(t), t.out("test-results"))
-    regressions = runner.upstream(t, tree)  # upstream's CPU tests of the touched files
+    # upstream's CPU tests of the touched files, on the base and on the series
+    regressions = [] if args.no_upstream else runner.upstream(t, tree)
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
@@ -176,7 +177,9 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--tree", type=Path, help="patched vLLM tree (default: .work/vllm)")
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
-    command("test", cmd_test, "run the series' test files, one process each", port=True)
+    ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
+    ts.add_argument("--no-upstream", action="store_true",
+                    help="leave out upstream's tests of the touched files (base vs series)")
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree",
                 port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
