@@ -15,8 +15,9 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, lint, series, target  # noqa: E402
+from serieskit import cli, series, target  # noqa: E402
 from serieskit.errors import ToolkitError  # noqa: E402
+from serieskit.lint import REQUIREMENTS as LINT  # noqa: E402 (the session `lint` has the name)
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
@@ -24,7 +25,6 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
 PRE_COMMIT = "pre-commit==4.7.0"
-LINT = lint.REQUIREMENTS
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"

@@ -229,7 +229,8 @@ def main() -> int:
                 (out.float() - tout.float()).abs().max().item())
         rows.append(row)
         line = (f"{q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms "
-                f"({row['no_split']['tflops']:6.1f} TF), auto {row['auto_split']['median_ms']:8.3f} ms "
+                f"({row['no_split']['tflops']:6.1f} TF), "
+                f"auto {row['auto_split']['median_ms']:8.3f} ms "
                 f"({row['auto_split']['tflops']:6.1f} TF, "
                 f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} %)")
         if "triton_attn" in row:

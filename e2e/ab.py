@@ -154,7 +154,8 @@ def summarize(boots: list[dict], arms: list[dict]) -> dict:
             t = ref["prefill_total_s"]
             summary["noise_floor_pct"] = 100 * (max(t) - min(t)) / statistics.mean(t)
             for k, v in ref["decode_ms_per_step"].items():
-                summary[f"decode_{k}_noise_floor_pct"] = 100 * (max(v) - min(v)) / statistics.mean(v)
+                spread = 100 * (max(v) - min(v)) / statistics.mean(v)
+                summary[f"decode_{k}_noise_floor_pct"] = spread
         for other in names[1:]:
             o = summary["arms"][other]
             summary.setdefault("prefill_change_pct", {})[other] = (
@@ -238,7 +239,8 @@ def main() -> None:
     order = boot_order(arms, args.rounds, args.ceiling, not args.no_warm)
     boots: list[dict] = []
     data = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "model": args.model,
-            "layers": args.layers, "arms": arms, "order": [f"{label}:{a['name']}" for a, label in order],
+            "layers": args.layers, "arms": arms,
+            "order": [f"{label}:{a['name']}" for a, label in order],
             "boots": boots, "env": machine()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

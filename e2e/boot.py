@@ -34,7 +34,8 @@ class PeakMemory(threading.Thread):
         while not self.stop.is_set():
             try:
                 out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                    ["nvidia-smi", "--query-gpu=index,memory.used",
+                     "--format=csv,noheader,nounits"],
                     capture_output=True, text=True, timeout=10).stdout
                 for line in out.strip().splitlines():
                     i, used = (int(x) for x in line.split(","))

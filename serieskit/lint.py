@@ -313,8 +313,8 @@ def session(where, log=print) -> None:
 
     t = target.of(where)
     tree = series.applied_tree(t)
-    state = State.load(t)
-    assert state.base
+    base_commit = State.load(t).base  # a local: mypy keeps its narrowing in the closure
+    assert base_commit
     require_tools()
 
     def layering_check() -> bool:
@@ -322,10 +322,10 @@ def session(where, log=print) -> None:
         # On a rebased work tree (a fork's ref, say) the target's upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
-        ref = t.commit if t.commit and t.commit != state.base else None
-        return layering.check_series(tree, state.base, script,
+        ref = t.commit if t.commit and t.commit != base_commit else None
+        return layering.check_series(tree, base_commit, script,
                                      series.layering_acknowledged(t), ref, log=log)
 
-    failed = run(tree, t.out("lint"), state.base, layering_check, log)
+    failed = run(tree, t.out("lint"), base_commit, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")

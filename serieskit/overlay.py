@@ -82,8 +82,8 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
-        tar.add(tree / "vllm", arcname="vllm",
-                filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti)
+        tar.add(tree / "vllm", arcname="vllm", filter=lambda ti: (
+            None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti))
         for path in extra:
             if (tree / path).exists():
                 tar.add(tree / path, arcname=path,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from serieskit import base, git, rebase_check, safety, series, target
-from serieskit.errors import ToolkitError, last_line
+from serieskit.errors import ToolkitError, failed, last_line
 from serieskit.state import RebaseState, State
 from serieskit.target import Target
 
@@ -105,6 +105,7 @@ def cont(where: Path | Target, log=print, finish=None):
                            "nothing to continue")
     if git.operation_in_progress(repo) != "rebase":
         return finish()
+    safety.check_index_lock(repo, "rebase --continue")  # else git's failure reads as a stop
     unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
         raise ToolkitError(f"unresolved conflicts remain in {', '.join(unresolved)}: "
@@ -202,7 +203,7 @@ def run_to_stop(at: Path | Target, proc, finish, log):
         if proc.returncode == 0 and git.operation_in_progress(repo) is None:
             return finish()
         if git.operation_in_progress(repo) != "rebase":
-            raise ToolkitError(f"git rebase failed: {last_line(proc.stderr, 'unknown error')}")
+            raise failed("git rebase", proc)  # names a lock file in the way
         where = progress(repo)
         if where == last or git.git(repo, "diff", "--name-only", "--diff-filter=U").split():
             break

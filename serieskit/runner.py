@@ -135,8 +135,8 @@ def summary(outcomes: list[Outcome]) -> str:
 
 def environment() -> dict:
     """What ran the tests: GPU, driver, torch (where importable)."""
-    info = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "host": platform.node(),
-            "python": platform.python_version()}
+    info: dict[str, object] = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
+                               "host": platform.node(), "python": platform.python_version()}
     try:
         import torch
         info["torch"] = torch.__version__

@@ -234,7 +234,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
             f"under {safety.BACKUP_REF}/")
     safety.guard(root, repo, state, "apply", force, log, export_cmd=t.cmd("export"),
-                 extra_known=_made_by_interrupted_apply(repo, state, names, patches))
+                 extra_known=_left_by_interrupted_apply(repo, state, names, patches))
     if moved and (head := git.rev(repo, "HEAD")):
         log(f"apply: kept the series rebased onto {state.base_label} as "
             f"{safety.backup_ref(repo, head, 'rebased')}")
@@ -252,7 +252,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"vLLM {t.version} alone")
 
     state = State(base=base_commit, base_label=t.version, total=len(names),
-                  in_progress="apply", head=base_commit)
+                  in_progress="apply", head=base_commit, started_from=safety.tips(repo))
     state.save(t)
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     for i, name in enumerate(names, 1):
@@ -276,6 +276,15 @@ def stopped_message(t: Target, state: State) -> str:
                 f"`nox -s carry -- {t.version} --continue` or give up with `--abort`")
     return ("a rebase is stopped at a conflict: finish it with "
             "`nox -s rebase -- --continue` or give up with `--abort`")
+
+
+def _left_by_interrupted_apply(repo: Path, state: State, names: list[str],
+                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+    """What an interrupted apply left in the work tree that is not the user's:
+    the commits it started from (its guard had passed them) and those it made."""
+    if not state.in_progress:
+        return ()
+    return (*state.started_from, *_made_by_interrupted_apply(repo, state, names, patches))
 
 
 def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
