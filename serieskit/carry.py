@@ -255,6 +255,8 @@ def _old_text(pin: Target, name: str, blob: str) -> bytes:
 
 
 def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
+    """Carry every change of the pin's patches since the last carry to the
+    port (module docstring); nothing moves before every check has passed."""
     git.require_version()
     pins = pin_patches(pin)
     carried = read_carried(port)
