@@ -229,6 +229,13 @@ def mypy_errors(output: str) -> set[tuple[str, str]]:
             if (m := _MYPY_ERROR.match(line))}
 
 
+def new_mypy_error_lines(output: str, new: set[tuple[str, str]]) -> list[str]:
+    """mypy's own lines (path:line: error: ...) of the errors in ``new``, so
+    that each can be found; the comparison with the base ignores the line."""
+    return [line for line in output.splitlines()
+            if (m := _MYPY_ERROR.match(line)) and (m["path"], m["msg"]) in new]
+
+
 def changed_files(tree: Path, base: str) -> list[str]:
     out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD")
     return out.split()
@@ -280,7 +287,7 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> li
             if not new:
                 hook.verdict = "passed (its errors are the base's too)"
             else:
-                hook.output = "\n".join(f"{p}: {m}" for p, m in sorted(new))
+                hook.output = "\n".join(new_mypy_error_lines(hook.output, new))
         elif hook.id == "check-layering" and layering_check is not None:
             log("check-layering against the base, with the manifest's declarations:")
             if layering_check():

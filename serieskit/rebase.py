@@ -299,6 +299,7 @@ def conflict_lines(at: Path | Target) -> list[str]:
         lines += [f"    {line.strip()}" for line in stat.splitlines()]
         lines.append(f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
                      f"-- {' '.join(files)}`")
+        lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
         lines.append(f"  three-way markers (base in the middle): `git -C {repo} checkout "
                      f"--conflict=zdiff3 -- {' '.join(files)}`")
     if carry:
@@ -310,6 +311,44 @@ def conflict_lines(at: Path | Target) -> list[str]:
         f"  to give up: `nox -s {session} --abort` (back to "
         f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
     ]
+    return lines
+
+
+# How many of upstream's new files beside the conflicted ones a stop names.
+ADDED_BESIDE_MAX = 12
+
+
+def patch_added_files(repo: Path) -> list[str]:
+    """Files that the patch a rebase is stopped at adds (new in its commit)."""
+    stopped_file = git.gitdir(repo) / "rebase-merge" / "stopped-sha"
+    if not stopped_file.exists():
+        return []
+    sha = stopped_file.read_text().strip()
+    out = git.git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
+                  "--diff-filter=A", "--root", sha)
+    return out.split()
+
+
+def added_beside(repo: Path, old_base: str, onto: str, paths: list[str]) -> list[str]:
+    """Files upstream added between the two bases in the folders of ``paths``
+    (the conflicted files and the files the stopped patch adds), direct
+    children only: a new module beside the conflict is often upstream's own
+    version of what the patch does, a semantic conflict without a marker."""
+    folders = sorted({str(Path(p).parent) for p in paths})
+    if not folders:
+        return []
+    out = git.git(repo, "diff", "--name-only", "--diff-filter=A", old_base, onto,
+                  "--", *folders)
+    added = [f for f in out.split() if str(Path(f).parent) in folders and f not in paths]
+    if not added:
+        return []
+    lines = ["  upstream added beside them (the same folders; check that the patch "
+             "does not duplicate one):"]
+    lines += [f"    {f}" for f in added[:ADDED_BESIDE_MAX]]
+    if len(added) > ADDED_BESIDE_MAX:
+        lines.append(f"    ... and {len(added) - ADDED_BESIDE_MAX} more: `git -C {repo} "
+                     f"diff --name-only --diff-filter=A {old_base[:12]} {onto[:12]} -- "
+                     f"{' '.join(folders)}`")
     return lines
 
 
