@@ -15,7 +15,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, runner, series  # noqa: E402
+from serieskit import cli, runner, series, target  # noqa: E402
+from serieskit.errors import ToolkitError  # noqa: E402
 from serieskit.lint import REQUIREMENTS as LINT  # noqa: E402 (the session `lint` has the name)
 
 nox.options.sessions = ["apply"]
@@ -34,6 +35,21 @@ MATPLOTLIB = "matplotlib==3.11.2"  # bench/plots.py (its test draws the committe
 def _toolkit(session: nox.Session, command: str) -> None:
     if cli.run([command, *session.posargs], ROOT) != 0:
         session.error(f"{command} failed")
+
+
+def _target(session: nox.Session, version: str | None = None) -> target.Target:
+    """The pin's series, or the port that ``-- --port VERSION`` (or ``version``) names."""
+    try:
+        return target.resolve(ROOT, version or cli.port_of(session.posargs))
+    except ToolkitError as e:
+        session.error(str(e))
+
+
+def _ports(session: nox.Session) -> list[target.Target]:
+    try:
+        return target.ports(ROOT)
+    except ToolkitError as e:
+        session.error(str(e))
 
 
 @nox.session(venv_backend="none")
@@ -58,6 +74,12 @@ def status(session: nox.Session) -> None:
 def rebase(session: nox.Session) -> None:
     """Move the series: -- vllm==X.Y.Z | REPO@REF [--update-pin] | --continue | --abort."""
     _toolkit(session, "rebase")
+
+
+@nox.session(venv_backend="none")
+def carry(session: nox.Session) -> None:
+    """Carry the pin's changed patches to a port: -- VERSION [--check|--record|--continue]."""
+    _toolkit(session, "carry")
 
 
 @nox.session(venv_backend="none")
@@ -89,7 +111,7 @@ def pr(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """The linted tree's own pre-commit hooks on what the series changes."""
     session.install(TOOLKIT, *LINT)
-    session.run("python", "-m", "serieskit", "lint")
+    session.run("python", "-m", "serieskit", "lint", *session.posargs)
 
 
 @nox.session
@@ -102,8 +124,8 @@ def lint_toolkit(session: nox.Session) -> None:
 @nox.session
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each
-    (-- --coverage: under coverage.py, a report per machine for the pr session)."""
-    session.install(TOOLKIT, PYTEST, runner.COVERAGE, *series.test_requirements(ROOT))
+    (-- --port V; -- --coverage: under coverage.py, a report per machine for the pr session)."""
+    session.install(TOOLKIT, PYTEST, runner.COVERAGE, *series.test_requirements(_target(session)))
     session.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
@@ -117,4 +139,28 @@ def ci(session: nox.Session) -> None:
     if requirements := series.test_requirements(ROOT):
         session.install(*requirements)
     for step in (["export", "--check"], ["build"], ["docs", "--check"], ["lint"], ["test"]):
+        session.run("python", "-m", "serieskit", *step)
+    for port in _ports(session):  # each in an environment of its own (its torch)
+        session.notify("ci_port", posargs=[port.version])
+
+
+@nox.session
+def ci_port(session: nox.Session) -> None:
+    """CI for one port (-- VERSION): apply, export round-trip, carried changes and
+    kernels against the pin's series, docs --check, lint and the series' CPU tests on
+    the port's torch. No build: carry --check holds csrc/sm7x/ to the pin's, built by
+    ci. Upstream's tests of the touched files (base vs series, about 25 minutes
+    here on 0.33.0) are left to `nox -s test -- --port VERSION`."""
+    if len(session.posargs) != 1:
+        session.error("ci_port takes the port's release: nox -s ci_port -- VERSION")
+    version = session.posargs[0]
+    session.install(TOOLKIT, PYTEST, *LINT)
+    port = ["--port", version]
+    session.run("python", "-m", "serieskit", "apply")  # carry --check reads the pin's tree
+    session.run("python", "-m", "serieskit", "apply", *port)
+    if requirements := series.test_requirements(_target(session, version)):
+        session.install(*requirements)
+    for step in (["export", "--check", *port], ["carry", version, "--check"],
+                 ["docs", "--check", *port], ["lint", *port],
+                 ["test", "--no-upstream", *port]):
         session.run("python", "-m", "serieskit", *step)

@@ -254,7 +254,8 @@ def summarize(boots: list[dict], arms: list[dict], layers: int) -> dict:
             t = ref["prefill_total_s"]
             summary["noise_floor_pct"] = 100 * (max(t) - min(t)) / statistics.mean(t)
             for k, v in ref["decode_ms_per_step"].items():
-                summary[f"decode_{k}_noise_floor_pct"] = 100 * (max(v) - min(v)) / statistics.mean(v)
+                spread = max(v) - min(v)
+                summary[f"decode_{k}_noise_floor_pct"] = 100 * spread / statistics.mean(v)
         for other in names[1:]:
             o = summary["arms"][other]
             summary.setdefault("prefill_change_pct", {})[other] = (

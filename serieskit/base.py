@@ -50,35 +50,98 @@ class Pin:
         return base_ref(self.version)
 
 
+@dataclass(frozen=True)
+class Port:
+    """A port of the series to another release, kept beside the pin
+    (a ``[[port]]`` table of pin.toml): its base, like the pin's, and the
+    folder that holds its patches."""
+
+    version: str
+    sha256: str
+    commit: str | None
+    patches: str  # relative to the toolkit root, e.g. "ports/0.33.0"
+    torch: str | None = None  # the torch its CPU tests install (default: the pin's)
+
+
+PORT_KEYS = ("version", "sha256", "commit", "patches", "torch")
+
+
 def base_ref(version: str) -> str:
     return f"refs/series/base/{version}"
 
 
-def read_pin(root: Path) -> Pin:
-    """The pin, checked field by field: a typo is one error line, not a traceback."""
+def _load_pin_file(root: Path) -> tuple[Path, dict]:
     path = root / PIN_FILE
     try:
-        data = tomllib.loads(path.read_text())
+        return path, tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ToolkitError(f"no pin file: {path} is missing") from None
     except tomllib.TOMLDecodeError as e:
         raise ToolkitError(f"{path} is not valid TOML: {e}") from None
+
+
+def _release_fields(path: Path, where: str, table: dict) -> tuple[str, str, str | None]:
+    """version, sha256 and commit of a [base] or [[port]] table, checked."""
+    version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise ToolkitError(f"{path}: {where}.version must be a release string such as "
+                           f'"0.26.0", not {version!r}')
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ToolkitError(f"{path}: {where}.sha256 must be 64 hex digits, not {sha256!r}")
+    if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
+        raise ToolkitError(f"{path}: {where}.commit must be a 40-digit commit id, not {commit!r}")
+    return version, sha256, commit or None
+
+
+def read_pin(root: Path) -> Pin:
+    """The pin, checked field by field: a typo is one error line, not a traceback."""
+    path, data = _load_pin_file(root)
     table = data.get("base")
     if not isinstance(table, dict):
         raise ToolkitError(f"{path} has no [base] table")
-    version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
-    if not isinstance(version, str) or not _VERSION.match(version):
-        raise ToolkitError(f"{path}: base.version must be a release string such as "
-                           f'"0.26.0", not {version!r}')
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
-        raise ToolkitError(f"{path}: base.sha256 must be 64 hex digits, not {sha256!r}")
-    if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
-        raise ToolkitError(f"{path}: base.commit must be a 40-digit commit id, not {commit!r}")
-    return Pin(version, sha256, commit or None)
+    return Pin(*_release_fields(path, "base", table))
+
+
+def read_ports(root: Path) -> list[Port]:
+    """The ``[[port]]`` tables of pin.toml, checked like the pin: every field,
+    no unknown key (a typo would silently drop a setting), no version twice,
+    none on the pin's own release, a patch folder of its own inside the root."""
+    path, data = _load_pin_file(root)
+    tables = data.get("port", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ToolkitError(f"{path}: port must be [[port]] tables (an array of tables)")
+    pin = read_pin(root)
+    ports: list[Port] = []
+    for i, table in enumerate(tables, 1):
+        where = f"port {i}"
+        if unknown := sorted(set(table) - set(PORT_KEYS)):
+            raise ToolkitError(f"{path}: {where} has unknown key(s) {', '.join(unknown)} "
+                               f"(known: {', '.join(PORT_KEYS)})")
+        version, sha256, commit = _release_fields(path, where, table)
+        where = f"port {version}"
+        if version == pin.version:
+            raise ToolkitError(f"{path}: {where} is the pin's own release: a port is the "
+                               "series on another one")
+        if any(p.version == version for p in ports):
+            raise ToolkitError(f"{path}: two [[port]] tables for vLLM {version}")
+        folder = table.get("patches")
+        parts = Path(folder).parts if isinstance(folder, str) else ()
+        if not parts or parts[0] in ("/", "patches", ".work") or ".." in parts:
+            raise ToolkitError(f"{path}: {where}.patches must be a folder inside the toolkit "
+                               f'of its own, such as "ports/{version}", not {folder!r}')
+        torch = table.get("torch")
+        if torch is not None and (not isinstance(torch, str) or not _VERSION.match(torch)):
+            raise ToolkitError(f"{path}: {where}.torch must be a torch release such as "
+                               f'"2.14.1", not {torch!r}')
+        ports.append(Port(version, sha256, commit, Path(folder).as_posix(), torch))
+    return ports
 
 
 def write_pin(root: Path, pin: Pin) -> None:
-    (root / PIN_FILE).write_text(
+    """Write the [base] table; the [[port]] tables there stay as they are."""
+    path = root / PIN_FILE
+    ports = read_ports(root) if path.exists() else []
+    path.write_text(
         "# The upstream vLLM release the series applies to: its source\n"
         "# distribution from PyPI, that file's sha256, and the id of the base\n"
         "# commit the toolkit makes of it (the same on every machine).\n"
@@ -86,7 +149,26 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
+        + "".join(_port_table(p) for p in ports)
     )
+
+
+def _port_table(port: Port) -> str:
+    return ("\n# A port of the series to another release, kept beside the pin\n"
+            "# (README: Ports): its base as above, and its patch folder.\n"
+            "[[port]]\n"
+            f'version = "{port.version}"\n'
+            f'sha256 = "{port.sha256}"\n'
+            f'commit = "{port.commit or ""}"\n'
+            f'patches = "{port.patches}"\n'
+            + (f'torch = "{port.torch}"\n' if port.torch else ""))
+
+
+def add_port(root: Path, port: Port) -> None:
+    """Append a [[port]] table to pin.toml (checked as it will be read)."""
+    path = root / PIN_FILE
+    path.write_text(path.read_text().rstrip("\n") + "\n" + _port_table(port))
+    read_ports(root)
 
 
 def cache_dir() -> Path:

@@ -4,6 +4,9 @@
 Each command is one function (``set_defaults(func=...)``) that only calls the
 module doing the job; every session holds the work tree's lock. Every failure
 is a ToolkitError: printed as ``error: ...``, exit status 1, no traceback.
+
+What a command acts on, the pin's series or a port (``--port VERSION``), is
+resolved here once into a :class:`~serieskit.target.Target` and passed down.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from serieskit import (
     build,
+    carry,
     docs,
     lint,
     overlay,
@@ -23,26 +27,30 @@ from serieskit import (
     safety,
     series,
     status,
+    target,
 )
 from serieskit.errors import ToolkitError
+from serieskit.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cmd_apply(args: argparse.Namespace, root: Path) -> None:
-    series.apply(root, force=args.force)
+def cmd_apply(args: argparse.Namespace, t: Target) -> None:
+    series.apply(t, force=args.force)
 
 
-def cmd_export(args: argparse.Namespace, root: Path) -> None:
-    if series.export(root, check=args.check, force=args.force) and args.check:
-        raise ToolkitError("patches/ differs from the work tree: run `nox -s export`")
+def cmd_export(args: argparse.Namespace, t: Target) -> None:
+    if series.export(t, check=args.check, force=args.force) and args.check:
+        raise ToolkitError(f"{t.patches_label}/ differs from the work tree: "
+                           f"run `{t.cmd('export')}`")
 
 
-def cmd_status(args: argparse.Namespace, root: Path) -> None:
-    status.status(root)
+def cmd_status(args: argparse.Namespace, t: Target) -> None:
+    status.status(t)
 
 
-def cmd_rebase(args: argparse.Namespace, root: Path) -> None:
+def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
+    root = t.root
     if args.check:
         if not args.target or args.cont or args.abort or args.update_pin:
             raise ToolkitError("rebase --check takes one or more vllm==VERSION or a range, "
@@ -62,50 +70,56 @@ def cmd_rebase(args: argparse.Namespace, root: Path) -> None:
         rebase.update_pin(root)
 
 
-def cmd_build(args: argparse.Namespace, root: Path) -> None:
-    tree = args.tree or series.applied_tree(root)
+def cmd_carry(args: argparse.Namespace, t: Target) -> None:
+    carry.session(target.pin(t.root), target.port(t.root, args.version),
+                  check_only=args.check, record_only=args.record, cont_=args.cont,
+                  abort_=args.abort, force=args.force)
+
+
+def cmd_build(args: argparse.Namespace, t: Target) -> None:
+    tree = args.tree or series.applied_tree(t)
     if args.full:
         build.full_build(tree)
         return
-    out = args.out or root / series.WORK / "build"
+    out = args.out or t.out("build")
     build.session(tree, out, archs=tuple(args.arch or build.ALL_ARCHS), ptx=args.ptx,
                   link=args.link, report=args.report or out / "report.json")
 
 
-def cmd_test(args: argparse.Namespace, root: Path) -> None:
-    tree = series.applied_tree(root)
+def cmd_test(args: argparse.Namespace, t: Target) -> None:
+    tree = series.applied_tree(t)
     slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
-    rc = runner.coverage_rc(root / series.WORK / "coverage" / slug) if args.coverage else None
-    outcomes = runner.run_all(tree, series.test_files(root),
-                              root / series.WORK / "test-results", coverage=rc)
+    rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
+    outcomes = runner.run_all(tree, series.test_files(t), t.out("test-results"), coverage=rc)
     if rc:
         from serieskit import results
 
-        dest = root / series.WORK / "pr" / "coverage" / f"{slug}.json"
+        dest = t.out("pr") / "coverage" / f"{slug}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
-        runner.coverage_report(tree, rc, dest, results.series_from_work_tree(root))
+        runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
         print(f"test: coverage of the series' test files on {slug}: {dest}")
-    regressions = runner.upstream(root, tree)  # upstream's CPU tests of the touched files
+    # upstream's CPU tests of the touched files, on the base and on the series
+    regressions = [] if args.no_upstream else runner.upstream(t, tree)
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
 
-def cmd_docs(args: argparse.Namespace, root: Path) -> None:
-    docs.session(root, check_only=args.check)
+def cmd_docs(args: argparse.Namespace, t: Target) -> None:
+    docs.session(t, check_only=args.check)
 
 
-def cmd_lint(args: argparse.Namespace, root: Path) -> None:
-    lint.session(root)
+def cmd_lint(args: argparse.Namespace, t: Target) -> None:
+    lint.session(t)
 
 
-def cmd_overlay(args: argparse.Namespace, root: Path) -> None:
-    overlay.session(root, gpu=args.gpu)
+def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
+    overlay.session(t, gpu=args.gpu)
 
 
-def cmd_pr(args: argparse.Namespace, root: Path) -> None:
+def cmd_pr(args: argparse.Namespace, t: Target) -> None:
     from serieskit import pr  # needs GitPython, which the `pr` session installs
 
-    pr.session(root, args.onto, args.signoff, version=args.version, others=args.others,
+    pr.session(t.root, args.onto, args.signoff, version=args.version, others=args.others,
                check=args.check, push=args.push, remote=args.remote, gh=args.gh)
 
 
@@ -120,20 +134,25 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m serieskit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def command(name: str, func, help: str) -> argparse.ArgumentParser:
+    def command(name: str, func, help: str, port: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help)
         sp.set_defaults(func=func)
+        if port:
+            sp.add_argument("--port", metavar="VERSION",
+                            help="act on the port to that release (pin.toml [[port]]), "
+                                 "not the pin's series")
         return sp
 
-    a = command("apply", cmd_apply, "make .work/vllm the pinned base plus patches/")
+    a = command("apply", cmd_apply, "make .work/vllm the pinned base plus patches/", port=True)
     a.add_argument("--force", action="store_true",
                    help="go on over unexported work (kept in a stash / backup ref first)")
-    e = command("export", cmd_export, "write the work tree's commits to patches/")
+    e = command("export", cmd_export, "write the work tree's commits to patches/", port=True)
     e.add_argument("--check", action="store_true",
                    help="write nothing; fail when patches/ differs from the work tree")
     e.add_argument("--force", action="store_true",
                    help="overwrite patches/ changed since the last apply (kept aside first)")
-    command("status", cmd_status, "base, applied commits, differences, uncommitted files")
+    command("status", cmd_status, "base, applied commits, differences, uncommitted files",
+            port=True)
     r = command("rebase", cmd_rebase, "move the series onto another base")
     r.add_argument("target", nargs="*", help="vllm==VERSION or REPO@REF (with --check: "
                    "one or more vllm==VERSION, or a range such as 'vllm>=0.27,<=0.33')")
@@ -146,7 +165,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="move the pin (and patches/) to the new release")
     r.add_argument("--force", action="store_true",
                    help="go on over unexported work (kept in a stash / backup ref first)")
-    bd = command("build", cmd_build, "compile the series' native code")
+    c = command("carry", cmd_carry, "carry changes of the pin's series to a port")
+    c.add_argument("version", metavar="VERSION", help="the port's release (pin.toml [[port]])")
+    c.add_argument("--check", action="store_true",
+                   help="fail when the port lacks a change of the pin's series, or its "
+                        f"{carry.KERNELS}/ differs from the pin's")
+    c.add_argument("--record", action="store_true",
+                   help="record the pin's current patches as carried (a port made from them)")
+    c.add_argument("--continue", dest="cont", action="store_true",
+                   help="go on after resolving a conflict")
+    c.add_argument("--abort", action="store_true", help="give up; the port back to before")
+    c.add_argument("--force", action="store_true",
+                   help="go on over unexported work in the port's tree (kept first)")
+    bd = command("build", cmd_build, "compile the series' native code", port=True)
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
     bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
@@ -155,15 +186,19 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--tree", type=Path, help="patched vLLM tree (default: .work/vllm)")
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
-    t = command("test", cmd_test, "run the series' test files, one process each")
-    t.add_argument("--coverage", nargs="?", const="auto", metavar="MACHINE",
-                   help="under coverage.py with test contexts: data files in .work/coverage/"
-                   "MACHINE, report .work/pr/coverage/MACHINE.json (default name: cpu, or "
-                   "the GPUs, e.g. h200x2)")
-    d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree")
+    ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
+    ts.add_argument("--no-upstream", action="store_true",
+                    help="leave out upstream's tests of the touched files (base vs series)")
+    ts.add_argument("--coverage", nargs="?", const="auto", metavar="MACHINE",
+                    help="under coverage.py with test contexts: data files in .work/coverage/"
+                    "MACHINE, report .work/pr/coverage/MACHINE.json (default name: cpu, or "
+                    "the GPUs, e.g. h200x2)")
+    d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree",
+                port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
-    command("lint", cmd_lint, "the tree's own pre-commit hooks on the series")
-    ov = command("overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree")
+    command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
+    ov = command("overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree",
+                 port=True)
     ov.add_argument("--gpu", action="store_true",
                     help="also pack .dev/gpu/part1 and part2 for the GPU machine")
     pr = command("pr", cmd_pr, "upstream pull requests from the series, with their evidence")
@@ -180,11 +215,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def port_of(argv: list[str]) -> str | None:
+    """The VERSION of ``--port VERSION`` (or ``--port=VERSION``) in ``argv``,
+    for the sessions that install per target before the command runs."""
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--port="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def run(argv: list[str], root: Path = ROOT) -> int:
     try:
         args = _parser().parse_args(argv)
         with safety.session_lock(root):
-            args.func(args, root)
+            args.func(args, target.resolve(root, getattr(args, "port", None)))
     except SystemExit as e:  # --help: argparse exits, which would end nox itself
         return int(e.code or 0) if isinstance(e.code, int | None) else 1
     except ToolkitError as e:

@@ -15,9 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serieskit import git, safety, series
+from serieskit import git, safety, series, target
 from serieskit.errors import ToolkitError, failed
 from serieskit.state import State
+from serieskit.target import Target
 
 GENERATOR = "tools/pre_commit/generate_runtime_reference.py"
 OUTPUT = "docs/design/architecture/runtime_reference.md"
@@ -131,24 +132,25 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
     return changed
 
 
-def session(root: Path, check_only: bool = False, log=print) -> None:
+def session(where: Path | Target, check_only: bool = False, log=print) -> None:
     """``nox -s docs``: check the reference, or regenerate it into its patches
-    and export them. Writing patches/ needs what export needs (a complete
-    series on the pin's base): refused before any commit is rewritten."""
-    tree = series.applied_tree(root)
+    and export them. Writing the patch folder needs what export needs (a
+    complete series on the target's base): refused before any commit is rewritten."""
+    t = target.of(where)
+    tree = series.applied_tree(t)
     if check_only:
         diff = check(tree)
         if diff:
             log(diff)
-            raise ToolkitError(f"{OUTPUT} is stale: run `nox -s docs`")
+            raise ToolkitError(f"{OUTPUT} is stale: run `{t.cmd('docs')}`")
         log(f"docs: {OUTPUT} is up to date")
         return
-    state = State.load(root)
-    series.require_exportable(root, state)
+    state = State.load(t)
+    series.require_exportable(t, state)
     assert state.base
     head = git.rev(tree, "HEAD")
     if amend(tree, state.base, log=log):
         assert head
         log(f"docs: the series before regeneration is kept as "
             f"{safety.backup_ref(tree, head, 'docs')}")
-        series.export(root, log=log)
+        series.export(t, log=log)

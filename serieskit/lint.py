@@ -229,6 +229,13 @@ def mypy_errors(output: str) -> set[tuple[str, str]]:
             if (m := _MYPY_ERROR.match(line))}
 
 
+def new_mypy_error_lines(output: str, new: set[tuple[str, str]]) -> list[str]:
+    """mypy's own lines (path:line: error: ...) of the errors in ``new``, so
+    that each can be found; the comparison with the base ignores the line."""
+    return [line for line in output.splitlines()
+            if (m := _MYPY_ERROR.match(line)) and (m["path"], m["msg"]) in new]
+
+
 def changed_files(tree: Path, base: str, head: str = "HEAD") -> list[str]:
     out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, head)
     return out.split()
@@ -282,7 +289,7 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print,
             if not new:
                 hook.verdict = "passed (its errors are the base's too)"
             else:
-                hook.output = "\n".join(f"{p}: {m}" for p, m in sorted(new))
+                hook.output = "\n".join(new_mypy_error_lines(hook.output, new))
         elif hook.id == "check-layering" and layering_check is not None:
             log("check-layering against the base, with the manifest's declarations:")
             if layering_check():
@@ -313,27 +320,27 @@ def require_tools() -> None:
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
 
 
-def session(root: Path, log=print) -> None:
-    """``nox -s lint``: the applied series through its tree's own hooks."""
-    from serieskit import base as pin_
-    from serieskit import layering, series
+def session(where, log=print) -> None:
+    """``nox -s lint``: the applied series (the pin's or a port's) through its
+    tree's own hooks."""
+    from serieskit import layering, series, target
     from serieskit.state import State
 
-    tree = series.applied_tree(root)
-    base_commit = State.load(root).base  # a local: mypy keeps its narrowing in the closure
+    t = target.of(where)
+    tree = series.applied_tree(t)
+    base_commit = State.load(t).base  # a local: mypy keeps its narrowing in the closure
     assert base_commit
     require_tools()
 
     def layering_check() -> bool:
         script = tree / layering.SCRIPT
-        pin = pin_.read_pin(root)
-        # On a rebased work tree (a fork's ref, say) the pinned upstream base
+        # On a rebased work tree (a fork's ref, say) the target's upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
-        ref = pin.commit if pin.commit and pin.commit != base_commit else None
+        ref = t.commit if t.commit and t.commit != base_commit else None
         return layering.check_series(tree, base_commit, script,
-                                     series.layering_acknowledged(root), ref, log=log)
+                                     series.layering_acknowledged(t), ref, log=log)
 
-    failed = run(tree, root / series.WORK / "lint", base_commit, layering_check, log)
+    failed = run(tree, t.out("lint"), base_commit, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")

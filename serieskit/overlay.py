@@ -24,9 +24,10 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base, claims, series
+from serieskit import base, claims, series, target
 from serieskit.errors import ToolkitError, failed
 from serieskit.state import State
+from serieskit.target import Target
 
 WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
 CORE = "vllm/_C_stable_libtorch.abi3.so"
@@ -119,16 +120,18 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
         for f in sorted(out.rglob("*")) if f.is_file() and f.name != "MANIFEST.sha256"))
 
 
-def session(root: Path, gpu: bool = False, log=print) -> None:
-    """``nox -s overlay``: overlays/vllm-VERSION from the work tree (with the
-    built module where there is one); ``gpu`` also packs the GPU machine's loads."""
-    tree = series.applied_tree(root)
-    pin = base.read_pin(root)
-    module = next((root / series.WORK / "build").glob("_sm7x_C*.so"), None)
-    build_overlay(tree, root / "overlays" / f"vllm-{pin.version}", module, log=log)
+def session(where: Path | Target, gpu: bool = False, log=print) -> None:
+    """``nox -s overlay``: overlays/vllm-VERSION from the target's work tree
+    (with the built module where there is one); ``gpu`` also packs the GPU
+    machine's loads (``.dev/gpu``, a port's ``.dev/gpu-VERSION``)."""
+    t = target.of(where)
+    tree = series.applied_tree(t)
+    module = next(t.out("build").glob("_sm7x_C*.so"), None)
+    build_overlay(tree, t.root / "overlays" / f"vllm-{t.version}", module, log=log)
     if gpu:
-        head = State.load(root).head or "?"
-        extra = ["csrc/sm7x", *series.test_files(root)]
-        block = claims.series_block(tree, State.load(root).base or "", head, pin.version)
-        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log,
+        head = State.load(t).head or "?"
+        extra = ["csrc/sm7x", *series.test_files(t)]
+        block = claims.series_block(tree, State.load(t).base or "", head, t.version)
+        dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
+        pack_gpu(tree, dest, t.version, head, extra, log=log,
                  tree_id=block["tree"], files=block["files"])

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serieskit import base, claims, duplicates, git, series
+from serieskit import base, claims, duplicates, git, series, target
 from serieskit.errors import ToolkitError
-from serieskit.state import WORK, State
+from serieskit.state import State
+from serieskit.target import Target
 
 REF = "refs/series/pr"
 MAX_OPEN = 6  # vLLM's contributing guide: at most 6 open pull requests
@@ -129,18 +130,21 @@ def order(groups: list[Group]) -> list[Group]:
 # --- the target tree ---------------------------------------------------------
 
 
-def target_tree(root: Path, onto: str | None) -> Path:
-    """The series' work tree for ``onto`` (``vllm==X``; default the pin's)."""
+def onto_target(root: Path, onto: str | None) -> Target:
+    """The series for ``onto`` (``vllm==X``): the pin's (the default) or a port's."""
     pin = base.read_pin(root)
-    if onto:
-        m = re.fullmatch(r"vllm==(\S+)", onto)
-        if not m:
-            raise ToolkitError(f"--onto takes vllm==VERSION, not {onto!r}")
-        if m.group(1) != pin.version:
-            raise ToolkitError(
-                f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
-                f"(.work/vllm); port it first (`nox -s rebase -- vllm=={m.group(1)}`)")
-    return series.applied_tree(root)
+    if not onto:
+        return target.pin(root)
+    m = re.fullmatch(r"vllm==(\S+)", onto)
+    if not m:
+        raise ToolkitError(f"--onto takes vllm==VERSION, not {onto!r}")
+    if m.group(1) == pin.version:
+        return target.pin(root)
+    if any(p.version == m.group(1) for p in base.read_ports(root)):
+        return target.port(root, m.group(1))
+    raise ToolkitError(
+        f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
+        f"(.work/vllm); port it first (a [[port]] in pin.toml, README: the port)")
 
 
 def series_commits(repo, base_commit: str) -> dict[str, Any]:
@@ -221,11 +225,11 @@ def _versions(repo, name: str) -> dict[int, str]:
     return out
 
 
-def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
+def build_branches(t: Target, tree: Path, groups: list[Group], signoff: str,
                    version: int | None, log=print) -> dict[str, Built]:
     gp = _gitpython()
     repo = gp.Repo(tree)
-    state = State.load(root)
+    state = State.load(t)
     base_commit = state.base
     assert base_commit
     commits = series_commits(repo, base_commit)
@@ -236,7 +240,7 @@ def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
     if toolkit:
         log(f"pr: {', '.join(toolkit)} in no pull request (toolkit-only); their files are left "
             f"out of every commit: {', '.join(exclude)}")
-    wt = root / WORK / "pr" / ".worktree"
+    wt = t.out("pr") / ".worktree"
     git.run(tree, "worktree", "remove", "--force", str(wt))
     git.run(tree, "worktree", "prune")
     shutil.rmtree(wt, ignore_errors=True)
@@ -261,7 +265,7 @@ def build_branches(root: Path, tree: Path, groups: list[Group], signoff: str,
                 touched = {d.b_path or d.a_path for d in commits[p].parents[0].diff(commits[p])}
                 if left := sorted(touched & set(exclude)):
                     b.left_out[p] = left
-                if problem := _pick(root, wt, commits[p], exclude, signoff):
+                if problem := _pick(t.root, wt, commits[p], exclude, signoff):
                     b.problems.append(problem)
                     break
             if b.problems:
@@ -320,12 +324,12 @@ def empty_sections(body: str) -> list[str]:
     return out
 
 
-def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims.Checked],
+def run_checks(t: Target, tree: Path, b: Built, body: str, checked: list[claims.Checked],
                signoff: str, n_groups: int, stack_len: int, strict: bool = False,
                log_dir: Path | None = None) -> list[dict]:
     gp = _gitpython()
     repo = gp.Repo(tree)
-    state = State.load(root)
+    state = State.load(t)
     out: list[dict] = []
 
     def add(name: str, problems: list[str] | None, detail: str = "") -> None:
@@ -351,16 +355,16 @@ def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims
     counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
     rfc = b.group.rfc
     add(f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
-        [] if counted <= RFC_LINES or (rfc and (root / rfc).is_file()) else
+        [] if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file()) else
         [f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
          "it as rfc = \"...\" in its [[pr]]" + (f" ({rfc} is missing)" if rfc else "")],
         f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""))
     add("pre-commit on the changed files",
-        *precommit(root, tree, b, state.base or "", strict, log_dir))
+        *precommit(t, tree, b, state.base or "", strict, log_dir))
     return out
 
 
-def precommit(root: Path, tree: Path, b: Built, base_commit: str, strict: bool,
+def precommit(t: Target, tree: Path, b: Built, base_commit: str, strict: bool,
               log_dir: Path | None = None) -> tuple[list[str] | None, str]:
     """(problems or None when not run, detail): the PR head's own pre-commit
     config on its commits (:func:`serieskit.lint.precommit_changed`), the log
@@ -378,12 +382,12 @@ def precommit(root: Path, tree: Path, b: Built, base_commit: str, strict: bool,
     except ToolkitError as e:
         return ([f"not run: {e}"] if strict else None), f"not run: {e}"
     lines: list[str] = []
-    failed = lint.precommit_changed(tree, root / WORK / "lint" / "pr", b.lower or base_commit,
+    failed = lint.precommit_changed(tree, t.out("lint") / "pr", b.lower or base_commit,
                                     b.head, log=lines.append)
-    dest = (log_dir or root / WORK / "pr" / b.group.name) / "pre-commit.txt"
+    dest = (log_dir or t.out("pr") / b.group.name) / "pre-commit.txt"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("\n".join(lines) + "\n")
-    rel = dest.relative_to(root) if dest.is_relative_to(root) else dest
+    rel = dest.relative_to(t.root) if dest.is_relative_to(t.root) else dest
     return [f"hook {h} fails (see {rel})" for h in failed], f"log: {rel}"
 
 
@@ -424,19 +428,20 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
         raise ToolkitError("pr needs --signoff \"Name <mail>\": every commit is re-signed "
                            "with the contributor's identity")
     _identity(signoff)
-    tree = target_tree(root, onto)
+    t = onto_target(root, onto)
+    tree = series.applied_tree(t)
     groups = read_groups(root, manifest)
     if not groups:
         raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
     st = stacks(groups)
-    built = build_branches(root, tree, groups, signoff, version, log)
-    state = State.load(root)
+    built = build_branches(t, tree, groups, signoff, version, log)
+    state = State.load(t)
     assert state.base
     head = git.rev(tree, "HEAD") or ""
     template = tree / TEMPLATE
     if not template.is_file():
         raise ToolkitError(f"{template} does not exist: the target tree has no PR template")
-    out_root = out_dir or root / WORK / "pr"
+    out_root = out_dir or t.out("pr")
     results: dict[str, list[dict]] = {}
     failed = []
     for g in order(groups):
@@ -460,7 +465,7 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
         else:
             rd = f"v{b.version}: no previous version\n"
         (dest / "range-diff.txt").write_text(rd)
-        res = run_checks(root, tree, b, body, checked, signoff, len(groups), len(st[g.name]),
+        res = run_checks(t, tree, b, body, checked, signoff, len(groups), len(st[g.name]),
                          strict=check or push, log_dir=dest)
         (dest / "check.json").write_text(json.dumps(
             {"name": g.name, "ref": b.ref, "head": b.head, "version": b.version,

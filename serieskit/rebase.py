@@ -23,9 +23,10 @@ import shutil
 import time
 from pathlib import Path
 
-from serieskit import base, git, rebase_check, safety, series
+from serieskit import base, git, rebase_check, safety, series, target
 from serieskit.errors import ToolkitError, failed, last_line
 from serieskit.state import RebaseState, State
+from serieskit.target import Target
 
 REPORTS = "reports"
 RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
@@ -90,13 +91,20 @@ def start(root: Path, target: str, update_pin: bool = False, force: bool = False
     return _after_git(root, proc, log)
 
 
-def cont(root: Path, log=print) -> Path | None:
-    repo = series.work_repo(root)
-    state = State.load(root)
+def cont(where: Path | Target, log=print, finish=None):
+    """Go on after a conflict was resolved; ``finish()`` ends a carry (the
+    toolkit's own rebase writes its report)."""
+    t = target.of(where)
+    repo = t.work
+    state = State.load(t)
+    if finish is None:
+        def finish():
+            return _finish(t.root, log)
     if not state.rebase_stopped:
-        raise ToolkitError("no rebase is stopped: nothing to continue")
+        raise ToolkitError(f"no {_kind(state) if state.rebase else 'rebase'} is stopped: "
+                           "nothing to continue")
     if git.operation_in_progress(repo) != "rebase":
-        return _finish(root, log)
+        return finish()
     safety.check_index_lock(repo, "rebase --continue")  # else git's failure reads as a stop
     unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
@@ -105,32 +113,34 @@ def cont(root: Path, log=print) -> Path | None:
     stopped = progress(repo)
     if stopped and state.rebase:
         state.rebase.resolved.append(stopped[2])
-        state.save(root)
+        state.save(t)
     proc = git.run(repo, *RERERE, "rebase", "--continue")
-    return _after_git(root, proc, log)
+    return run_to_stop(t, proc, finish, log)
 
 
-def abort(root: Path, log=print) -> None:
-    """Back to where the rebase started; commits it already made (resolutions
-    included) are kept under a backup ref."""
-    repo = series.work_repo(root)
-    state = State.load(root)
+def abort(where: Path | Target, log=print) -> None:
+    """Back to where the rebase (or carry) started; commits it already made
+    (resolutions included) are kept under a backup ref."""
+    t = target.of(where)
+    repo = t.work
+    state = State.load(t)
     if not state.rebase_stopped or state.rebase is None:
-        raise ToolkitError("no rebase is stopped: nothing to abort")
+        raise ToolkitError(f"no {_kind(state)} is stopped: nothing to abort")
     rb = state.rebase
+    kind = rb.kind
     head = git.rev(repo, "HEAD")
     if head and head != rb.onto and git.git(
             repo, "rev-list", "--count", f"{rb.onto}..{head}").strip() != "0":
-        ref = safety.backup_ref(repo, head, "rebase-progress")
-        log(f"rebase: the patches already moved onto {rb.target} are kept as {ref}")
+        ref = safety.backup_ref(repo, head, f"{kind}-progress")
+        log(f"{kind}: the patches already moved onto {rb.target} are kept as {ref}")
     if git.operation_in_progress(repo) == "rebase":
         git.git(repo, "rebase", "--abort")
-    save_resolutions(root, repo, log)  # the stops already resolved need no second hand
+    save_resolutions(t, repo, log)  # the stops already resolved need no second hand
     if git.rev(repo, "HEAD") != rb.old_head:
         git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
-    state.save(root)
-    log(f"rebase: aborted; the work tree is back at {rb.old_head[:12]} on "
+    state.save(t)
+    log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on "
         f"vLLM {state.base_label}")
 
 
@@ -178,33 +188,47 @@ def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
 
 
 def _after_git(root: Path, proc, log) -> Path | None:
-    repo = series.work_repo(root)
+    return run_to_stop(root, proc, lambda: _finish(root, log), log)
+
+
+def run_to_stop(at: Path | Target, proc, finish, log):
+    """Drive a ``git rebase`` (the toolkit's rebase, or a carry) until it
+    finishes (then ``finish()``) or stops at a conflict that no recorded
+    resolution resolves (then the help and an error)."""
+    t = target.of(at)
+    repo = t.work
     # A stop that recorded resolutions resolved whole goes on by itself.
     last = None
     while True:
         if proc.returncode == 0 and git.operation_in_progress(repo) is None:
-            return _finish(root, log)
+            return finish()
         if git.operation_in_progress(repo) != "rebase":
             raise failed("git rebase", proc)  # names a lock file in the way
         where = progress(repo)
         if where == last or git.git(repo, "diff", "--name-only", "--diff-filter=U").split():
             break
         last = where
-        state = State.load(root)
+        state = State.load(t)
         if where and state.rebase:
             state.rebase.resolved.append(f"{where[2]} (recorded resolution)")
-            state.save(root)
-        log(f"rebase: patch {where[0] if where else '?'} resolved by a recorded resolution "
-            f"(patches/{RESOLUTIONS}/); going on")
+            state.save(t)
+        log(f"{_kind(state)}: step {where[0] if where else '?'} resolved by a recorded "
+            f"resolution ({t.patches_label}/{RESOLUTIONS}/); going on")
         proc = git.run(repo, *RERERE, "rebase", "--continue")
-    for line in conflict_lines(root):
+    for line in conflict_lines(t):
         log(line)
-    raise ToolkitError("rebase stopped at a conflict; nothing is lost (see above)")
+    raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost "
+                       "(see above)")
 
 
-def load_resolutions(root: Path, repo: Path, log=print) -> None:
-    """patches/resolutions/ into the work tree's rr-cache (git rerere's records)."""
-    src = root / series.PATCHES / RESOLUTIONS
+def _kind(state: State) -> str:
+    return state.rebase.kind if state.rebase else "rebase"
+
+
+def load_resolutions(where: Path | Target, repo: Path, log=print) -> None:
+    """The target's resolutions/ into the work tree's rr-cache (git rerere's records)."""
+    t = target.of(where)
+    src = t.patches / RESOLUTIONS
     if not src.is_dir():
         return
     dest = git.gitdir(repo) / "rr-cache"
@@ -214,13 +238,14 @@ def load_resolutions(root: Path, repo: Path, log=print) -> None:
             shutil.copytree(entry, dest / entry.name)
             n += 1
     if n:
-        log(f"rebase: {n} recorded resolution(s) from patches/{RESOLUTIONS}/ loaded")
+        log(f"{n} recorded resolution(s) from {t.patches_label}/{RESOLUTIONS}/ loaded")
 
 
-def save_resolutions(root: Path, repo: Path, log=print) -> None:
+def save_resolutions(where: Path | Target, repo: Path, log=print) -> None:
     """Keep every resolution rerere recorded (preimage + postimage) with the series."""
+    t = target.of(where)
     cache = git.gitdir(repo) / "rr-cache"
-    dest = root / series.PATCHES / RESOLUTIONS
+    dest = t.patches / RESOLUTIONS
     new = []
     for entry in sorted(cache.iterdir()) if cache.is_dir() else []:
         if (entry / "postimage").exists() and not (dest / entry.name).exists():
@@ -229,8 +254,8 @@ def save_resolutions(root: Path, repo: Path, log=print) -> None:
                 shutil.copy2(entry / name, dest / entry.name / name)
             new.append(entry.name)
     if new:
-        log(f"rebase: {len(new)} resolution(s) recorded in patches/{RESOLUTIONS}/ "
-            "(commit them with the series: the next rebase reuses them)")
+        log(f"{len(new)} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
+            "(commit them with the series: the next run reuses them)")
 
 
 def progress(repo: Path) -> tuple[int, int, str] | None:
@@ -246,20 +271,24 @@ def progress(repo: Path) -> tuple[int, int, str] | None:
     return done, total, subject
 
 
-def conflict_lines(root: Path) -> list[str]:
-    """Where a stopped rebase is, what upstream changed there, and the
-    commands that go on from there."""
-    repo = series.work_repo(root)
-    state = State.load(root)
+def conflict_lines(at: Path | Target) -> list[str]:
+    """Where a stopped rebase (or carry) is, what upstream changed there, and
+    the commands that go on from there."""
+    t = target.of(at)
+    repo = t.work
+    state = State.load(t)
     rb = state.rebase
     assert rb
+    carry = rb.kind == "carry"
+    session = f"carry -- {t.version}" if carry else "rebase --"
     where = progress(repo)
     done, total, subject = where or (0, 0, "?")
-    patch = _patch_file(root, subject)
+    patch = _patch_file(t, subject)
     files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     lines = [
-        f"rebase: onto {rb.target}, stopped at patch {done}/{total}:",
-        f"  patch:  {subject}" + (f" (patches/{patch})" if patch else ""),
+        (f"carry: the pin's changes onto the port to {t.version}, stopped at step {done}/{total}:"
+         if carry else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"),
+        f"  patch:  {subject}" + (f" ({t.patches_label}/{patch})" if patch else ""),
         "  files:  " + (", ".join(f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict "
                                   "hunk(s))" for f in files)
                         if files else "(none unresolved; see git status)"),
@@ -270,20 +299,62 @@ def conflict_lines(root: Path) -> list[str]:
         lines += [f"    {line.strip()}" for line in stat.splitlines()]
         lines.append(f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
                      f"-- {' '.join(files)}`")
+        lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
         lines.append(f"  three-way markers (base in the middle): `git -C {repo} checkout "
                      f"--conflict=zdiff3 -- {' '.join(files)}`")
+    if carry:
+        lines.append(f"  the pin's change being carried: `git -C {repo} show "
+                     "REBASE_HEAD` (its interdiff since it was last carried)")
     lines += [
         f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
-        "`nox -s rebase -- --continue` (the resolution is recorded for next time)",
-        "  to give up: `nox -s rebase -- --abort` (back to "
+        f"`nox -s {session} --continue` (the resolution is recorded for next time)",
+        f"  to give up: `nox -s {session} --abort` (back to "
         f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
     ]
     return lines
 
 
-def _patch_file(root: Path, subject: str) -> str | None:
-    for name in series.read_series(root):
-        if series.read_patch(root / series.PATCHES / name).subject == subject:
+# How many of upstream's new files beside the conflicted ones a stop names.
+ADDED_BESIDE_MAX = 12
+
+
+def patch_added_files(repo: Path) -> list[str]:
+    """Files that the patch a rebase is stopped at adds (new in its commit)."""
+    stopped_file = git.gitdir(repo) / "rebase-merge" / "stopped-sha"
+    if not stopped_file.exists():
+        return []
+    sha = stopped_file.read_text().strip()
+    out = git.git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
+                  "--diff-filter=A", "--root", sha)
+    return out.split()
+
+
+def added_beside(repo: Path, old_base: str, onto: str, paths: list[str]) -> list[str]:
+    """Files upstream added between the two bases in the folders of ``paths``
+    (the conflicted files and the files the stopped patch adds), direct
+    children only: a new module beside the conflict is often upstream's own
+    version of what the patch does, a semantic conflict without a marker."""
+    folders = sorted({str(Path(p).parent) for p in paths})
+    if not folders:
+        return []
+    out = git.git(repo, "diff", "--name-only", "--diff-filter=A", old_base, onto,
+                  "--", *folders)
+    added = [f for f in out.split() if str(Path(f).parent) in folders and f not in paths]
+    if not added:
+        return []
+    lines = ["  upstream added beside them (the same folders; check that the patch "
+             "does not duplicate one):"]
+    lines += [f"    {f}" for f in added[:ADDED_BESIDE_MAX]]
+    if len(added) > ADDED_BESIDE_MAX:
+        lines.append(f"    ... and {len(added) - ADDED_BESIDE_MAX} more: `git -C {repo} "
+                     f"diff --name-only --diff-filter=A {old_base[:12]} {onto[:12]} -- "
+                     f"{' '.join(folders)}`")
+    return lines
+
+
+def _patch_file(t: Target, subject: str) -> str | None:
+    for name in series.read_series(t):
+        if series.read_patch(t.patches / name).subject == subject:
             return name
     return None
 

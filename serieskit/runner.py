@@ -305,18 +305,19 @@ def compare_upstream(base_tree: Path, series_tree: Path, tests: list[str], out_d
     return found
 
 
-def upstream(root: Path, tree: Path, log=print) -> list[str]:
+def upstream(where, tree: Path, log=print) -> list[str]:
     """`nox -s test`'s second half: the manifest's upstream test files on the
-    base and on the series; returns the regressions."""
-    from serieskit import series
+    base and on the series (the pin's or a port's); returns the regressions."""
+    from serieskit import series, target
 
-    tests = upstream_test_files(series.read_manifest(root))
+    t = target.of(where)
+    tests = upstream_test_files(series.read_manifest(t))
     if not tests:
         return []
-    state = series.State.load(root)
+    state = series.State.load(t)
     assert state.base
-    base_tree = worktree_at(tree, root / series.WORK / UPSTREAM / "base", state.base)
-    out = root / series.WORK / "test-results" / UPSTREAM
+    base_tree = worktree_at(tree, t.out(UPSTREAM) / "base", state.base)
+    out = t.out("test-results") / UPSTREAM
     for d in ("base", "series"):
         (out / d).mkdir(parents=True, exist_ok=True)
     # Tests that would fetch a model fail at once instead of retrying the hub,

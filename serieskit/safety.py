@@ -143,7 +143,7 @@ def tips(repo: Path) -> list[str]:
 
 
 def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=print,
-          extra_known: tuple[str, ...] = ()) -> None:
+          extra_known: tuple[str, ...] = (), export_cmd: str = "nox -s export") -> None:
     """Refuse ``action`` over the user's work; with ``force``, save it first."""
     check_index_lock(repo, action)
     work = unsaved_work(repo, state, extra_known)
@@ -151,9 +151,9 @@ def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=pr
         return
     if not force:
         raise ToolkitError("\n".join([
-            f"{action}: the work tree {repo} holds work that is not in patches/:",
+            f"{action}: the work tree {repo} holds work that is not in its patch files:",
             *work.describe(repo),
-            "  keep it: commit your changes and run `nox -s export` (writes them to patches/), "
+            f"  keep it: commit your changes and run `{export_cmd}` (writes them out), "
             f"or rerun with --force, which stashes changes and keeps commits under {BACKUP_REF}/",
         ]))
     save(repo, work, action, log)

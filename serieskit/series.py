@@ -28,9 +28,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import base, git, safety
+from serieskit import base, git, safety, target
 from serieskit.errors import ToolkitError, failed
-from serieskit.state import WORK, State
+from serieskit.state import WORK, State  # noqa: F401 (WORK: callers read it here)
+from serieskit.target import Target
+
+# Every function that takes ``where`` acts on that target (the pin's series or
+# a port, see serieskit.target); a toolkit root means the pin's.
+Where = Path | Target
 
 PATCHES = "patches"
 SERIES = "series"
@@ -52,24 +57,25 @@ FORMAT_PATCH_ARGS = (
 )
 
 
-def work_repo(root: Path) -> Path:
-    return root / WORK / "vllm"
+def work_repo(where: Where) -> Path:
+    return target.of(where).work
 
 
-def applied_tree(root: Path) -> Path:
-    tree = work_repo(root)
-    if not git.is_repo(tree) or not State.load(root).base:
-        raise ToolkitError("no work tree: run `nox -s apply` first")
-    return tree
+def applied_tree(where: Where) -> Path:
+    t = target.of(where)
+    if not git.is_repo(t.work) or not State.load(t).base:
+        raise ToolkitError(f"no work tree: run `{t.cmd('apply')}` first")
+    return t.work
 
 
 # --- patches/ --------------------------------------------------------------
 
 
-def read_series(root: Path) -> list[str]:
-    """Patch file names in order, from patches/series (checked: no duplicates,
-    every file present)."""
-    path = root / PATCHES / SERIES
+def read_series(where: Where) -> list[str]:
+    """Patch file names in order, from the target's series file (checked: no
+    duplicates, every file present)."""
+    t = target.of(where)
+    path, label = t.patches / SERIES, f"{t.patches_label}/{SERIES}"
     if not path.exists():
         raise ToolkitError(f"{path} is missing: it lists the patches in order "
                            "(an empty file for an empty series)")
@@ -79,22 +85,23 @@ def read_series(root: Path) -> list[str]:
         if not line:
             continue
         if line in seen:
-            raise ToolkitError(f"patches/series names {line} twice (lines {seen[line]} "
+            raise ToolkitError(f"{label} names {line} twice (lines {seen[line]} "
                                f"and {n}): remove one")
-        if not (root / PATCHES / line).is_file():
-            raise ToolkitError(f"patches/series names {line}, which does not exist")
+        if not (t.patches / line).is_file():
+            raise ToolkitError(f"{label} names {line}, which does not exist")
         seen[line] = n
     return list(seen)
 
 
-def read_manifest(root: Path) -> list[dict]:
-    path = root / PATCHES / MANIFEST
+def read_manifest(where: Where) -> list[dict]:
+    t = target.of(where)
+    path = t.patches / MANIFEST
     if not path.exists():
         return []
     try:
         return tomllib.loads(path.read_text()).get("patch", [])
     except tomllib.TOMLDecodeError as e:
-        raise ToolkitError(f"patches/{MANIFEST} is malformed: {e}") from None
+        raise ToolkitError(f"{t.patches_label}/{MANIFEST} is malformed: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -164,47 +171,49 @@ def patch_problem(patch: PatchFile) -> str | None:
     return None
 
 
-def check_patches(root: Path, names: list[str]) -> dict[str, PatchFile]:
+def check_patches(where: Where, names: list[str]) -> dict[str, PatchFile]:
     """Read every patch file of the series; the first bad one is an error."""
+    t = target.of(where)
     patches = {}
     for i, name in enumerate(names, 1):
-        patch = read_patch(root / PATCHES / name)
+        patch = read_patch(t.patches / name)
         if problem := patch_problem(patch):
-            raise ToolkitError(f"patches/{name} ({i}/{len(names)}) is malformed: {problem}")
+            raise ToolkitError(f"{t.patches_label}/{name} ({i}/{len(names)}) is malformed: "
+                               f"{problem}")
         patches[name] = patch
     return patches
 
 
-def fingerprint(root: Path, base_commit: str) -> str:
-    """Of the base and patches/ as they are; a missing series file counts as
-    a change, never as an error (export may write it)."""
+def fingerprint(where: Where, base_commit: str) -> str:
+    """Of the base and the patch folder as they are; a missing series file
+    counts as a change, never as an error (export may write it)."""
+    t = target.of(where)
     h = hashlib.sha256(base_commit.encode())
-    if not (root / PATCHES / SERIES).exists():
+    if not (t.patches / SERIES).exists():
         return h.hexdigest() + "-no-series"
-    for name in read_series(root):
+    for name in read_series(t):
         h.update(b"\0" + name.encode() + b"\0")
-        h.update((root / PATCHES / name).read_bytes())
+        h.update((t.patches / name).read_bytes())
     return h.hexdigest()
 
 
 # --- apply -----------------------------------------------------------------
 
 
-def apply(root: Path, force: bool = False, log=print) -> State:
-    """Make the work tree the pinned base plus the series; a no-op when current."""
+def apply(where: Where, force: bool = False, log=print) -> State:
+    """Make the work tree the target's base plus its series; a no-op when current."""
     git.require_version()
     start = time.monotonic()
-    repo = work_repo(root)
-    pin = base.read_pin(root)
-    names = read_series(root)
-    patches = check_patches(root, names)
-    state = State.load(root)
+    t = target.of(where)
+    root, repo = t.root, t.work
+    names = read_series(t)
+    patches = check_patches(t, names)
+    state = State.load(t)
     safety.guard_folder(root, repo, force, log)
     base.ensure_repo(repo)
 
     if state.rebase_stopped:
-        raise ToolkitError("a rebase is stopped at a conflict: finish it with "
-                           "`nox -s rebase -- --continue` or give up with `--abort`")
+        raise ToolkitError(stopped_message(t, state))
     op = git.operation_in_progress(repo)
     if op == "am" and state.in_progress == "apply":
         # Our own am, killed midway: git's abort restores HEAD and keeps
@@ -217,46 +226,56 @@ def apply(root: Path, force: bool = False, log=print) -> State:
         log(f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
             "applying again")
 
-    moved = state.base is not None and pin.commit is not None and state.base != pin.commit
+    moved = state.base is not None and t.commit is not None and state.base != t.commit
     if moved and not force:
         raise ToolkitError(
             f"the work tree holds the series rebased onto {state.base_label} (nox -s rebase), "
             "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
             f"under {safety.BACKUP_REF}/")
-    safety.guard(root, repo, state, "apply", force, log,
+    safety.guard(root, repo, state, "apply", force, log, export_cmd=t.cmd("export"),
                  extra_known=_left_by_interrupted_apply(repo, state, names, patches))
     if moved and (head := git.rev(repo, "HEAD")):
         log(f"apply: kept the series rebased onto {state.base_label} as "
             f"{safety.backup_ref(repo, head, 'rebased')}")
 
-    base_commit, _ = base.ensure_base(repo, pin.version, pin.sha256, pin.commit, log=log)
-    fp = fingerprint(root, base_commit)
+    base_commit, _ = base.ensure_base(repo, t.version, t.sha256, t.commit, log=log)
+    fp = fingerprint(t, base_commit)
     head = git.rev(repo, "HEAD")
     if (fp == state.fingerprint and head == state.head and head is not None
             and state.complete and git.branch(repo) == BRANCH and not git.dirty_files(repo)):
-        log(f"apply: up to date, {len(names)} patch(es) on vLLM {pin.version} "
+        log(f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
             f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)")
         return state
     if not names:
-        log(f"apply: patches/series lists no patch: the work tree is vLLM {pin.version} alone")
+        log(f"apply: {t.patches_label}/series lists no patch: the work tree is "
+            f"vLLM {t.version} alone")
 
-    state = State(base=base_commit, base_label=pin.version, total=len(names),
+    state = State(base=base_commit, base_label=t.version, total=len(names),
                   in_progress="apply", head=base_commit, started_from=safety.tips(repo))
-    state.save(root)
+    state.save(t)
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     for i, name in enumerate(names, 1):
         log(f"apply {i}/{len(names)}: {patches[name].subject}")
-        _am(root, repo, state, name, i, len(names), patches[name])
+        _am(t, state, name, i, len(names), patches[name])
         state.applied = i
         state.head = git.rev(repo, "HEAD")
-        state.save(root)
+        state.save(t)
     state.in_progress = None
     state.fingerprint = fp
-    state.save(root)
-    log(f"apply: {len(names)} patch(es) on vLLM {pin.version}, HEAD "
+    state.save(t)
+    log(f"apply: {len(names)} patch(es) on vLLM {t.version} ({t.patches_label}), HEAD "
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)")
     return state
+
+
+def stopped_message(t: Target, state: State) -> str:
+    """Why a session refuses while a rebase or a carry is stopped at a conflict."""
+    if state.rebase and state.rebase.kind == "carry":
+        return (f"a carry to the port is stopped at a conflict: finish it with "
+                f"`nox -s carry -- {t.version} --continue` or give up with `--abort`")
+    return ("a rebase is stopped at a conflict: finish it with "
+            "`nox -s rebase -- --continue` or give up with `--abort`")
 
 
 def _left_by_interrupted_apply(repo: Path, state: State, names: list[str],
@@ -287,11 +306,11 @@ def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
     return (ours,) if ours else ()
 
 
-def _am(root: Path, repo: Path, state: State, name: str, i: int, n: int,
-        patch: PatchFile) -> None:
+def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) -> None:
     """Commit one patch; check the commit touches exactly the patch's files."""
+    repo = t.work
     proc = git.run(repo, "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date",
-                   "--no-gpg-sign", str(root / PATCHES / name))
+                   "--no-gpg-sign", str(t.patches / name))
     problem = None
     if proc.returncode != 0:
         files = _conflicted(repo) or _am_failed_files(proc.stdout + proc.stderr)
@@ -307,8 +326,9 @@ def _am(root: Path, repo: Path, state: State, name: str, i: int, n: int,
         state.in_progress = None
         state.failed = name
         state.head = git.rev(repo, "HEAD")
-        state.save(root)
-        raise ToolkitError(f"patch {name} ({i}/{n}) {problem}; the work tree holds "
+        state.save(t)
+        shown = f"{t.patches_label}/{name}" if t.port else name
+        raise ToolkitError(f"patch {shown} ({i}/{n}) {problem}; the work tree holds "
                            f"patches 1-{i - 1} only")
 
 
@@ -340,61 +360,62 @@ def format_patches(repo: Path, base_commit: str, out: Path) -> list[str]:
     return [Path(p).name for p in listed.split()]
 
 
-def require_exportable(root: Path, state: State, force: bool = False) -> Path:
-    """Refuse to write patches/ unless the work tree holds a complete, applied
-    series at the head of its branch, on the pin's base, made from the
-    patches/ that are there now."""
-    repo = work_repo(root)
+def require_exportable(where: Where, state: State, force: bool = False) -> Path:
+    """Refuse to write the patch folder unless the work tree holds a complete,
+    applied series at the head of its branch, on the target's base, made from
+    the patch files that are there now."""
+    t = target.of(where)
+    repo, label = t.work, t.patches_label
     if not git.is_repo(repo) or not state.base:
-        raise ToolkitError("no work tree: run `nox -s apply` first")
+        raise ToolkitError(f"no work tree: run `{t.cmd('apply')}` first")
     if state.rebase_stopped:
-        raise ToolkitError("a rebase is stopped at a conflict: finish it "
-                           "(`nox -s rebase -- --continue`) or `--abort` it first")
+        raise ToolkitError(stopped_message(t, state))
     if op := git.operation_in_progress(repo):
         raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
     if state.in_progress:
         raise ToolkitError(f"an apply was interrupted at {state.applied}/{state.total}: "
-                           "the work tree is not the whole series; `nox -s apply` redoes it")
+                           f"the work tree is not the whole series; `{t.cmd('apply')}` redoes it")
     if state.failed:
-        raise ToolkitError(f"the last apply stopped at patches/{state.failed}: the work tree "
+        raise ToolkitError(f"the last apply stopped at {label}/{state.failed}: the work tree "
                            f"holds {state.applied}/{state.total} patches, and export would "
-                           "drop the rest; fix the patch and `nox -s apply`")
-    pin = base.read_pin(root)
-    if state.base != pin.commit:
+                           f"drop the rest; fix the patch and `{t.cmd('apply')}`")
+    if state.base != t.commit:
+        owner = f"the port's ({label})" if t.port else "the pin's"
         raise ToolkitError(
-            f"the work tree is on {state.base_label} ({state.base[:12]}), the pin on "
-            f"{pin.version}: export writes patches for the pin's base"
+            f"the work tree is on {state.base_label} ({state.base[:12]}), {owner} base on "
+            f"{t.version}: export writes patches for {owner} base"
             + (" (`nox -s rebase -- --update-pin` moves the pin)"
                if state.rebase and state.rebase.is_release else ""))
     if (on := git.branch(repo)) != BRANCH:
-        where = "detached" if on is None else f"on branch {on}"
-        raise ToolkitError(f"HEAD is {where} in {repo}: export writes the branch "
+        where_ = "detached" if on is None else f"on branch {on}"
+        raise ToolkitError(f"HEAD is {where_} in {repo}: export writes the branch "
                            f"`{BRANCH}`; `git -C {repo} checkout {BRANCH}` first")
-    if not force and state.fingerprint != fingerprint(root, state.base):
+    if not force and state.fingerprint != fingerprint(t, state.base):
         raise ToolkitError(
-            "patches/ changed since the work tree was made from it: `nox -s apply` takes "
-            "those changes (it keeps your work first), or `nox -s export -- --force` "
+            f"{label}/ changed since the work tree was made from it: `{t.cmd('apply')}` takes "
+            f"those changes (it keeps your work first), or `{t.cmd('export', '--force')}` "
             f"overwrites them (keeping the current files under {safety.BACKUP_DIR}/)")
     return repo
 
 
-def export(root: Path, check: bool = False, force: bool = False, log=print) -> list[str]:
-    """Regenerate patches/ from the work tree's commits; return changed names.
+def export(where: Where, check: bool = False, force: bool = False, log=print) -> list[str]:
+    """Regenerate the patch folder from the work tree's commits; return changed names.
 
     With ``check`` nothing is written: the names that would change are returned.
     """
-    state = State.load(root)
-    repo = require_exportable(root, state, force=force or check)
+    t = target.of(where)
+    state = State.load(t)
+    repo = require_exportable(t, state, force=force or check)
     assert state.base
     dirty = git.dirty_files(repo)
     if dirty:
         log(f"export: {len(dirty)} uncommitted file(s) in the work tree are not exported")
-    old = read_series(root) if (root / PATCHES / SERIES).exists() else []
-    pdir = root / PATCHES
+    pdir, label = t.patches, t.patches_label
+    old = read_series(t) if (pdir / SERIES).exists() else []
     with tempfile.TemporaryDirectory() as tmp:
         names = format_patches(repo, state.base, Path(tmp))
         new = {name: (Path(tmp) / name).read_bytes() for name in names}
-    check_manifest(root, repo, state.base, names)
+    check_manifest(t, repo, state.base, names)
     changed = [n for n in names if not (pdir / n).exists() or (pdir / n).read_bytes() != new[n]]
     removed = [n for n in old if n not in names]
     series_text = "".join(n + "\n" for n in names)
@@ -402,10 +423,10 @@ def export(root: Path, check: bool = False, force: bool = False, log=print) -> l
     series_changed = not series_path.exists() or series_path.read_text() != series_text
     if check:
         drift = changed + removed + (["series"] if series_changed else [])
-        log("export --check: " + ("patches/ matches the work tree" if not drift
-                                  else "differs: " + ", ".join(drift)))
+        log("export --check: " + (f"{label}/ matches the work tree" if not drift
+                                  else f"{label}/ differs: " + ", ".join(drift)))
         return drift
-    kept = safety.keep_files(root, [pdir / n for n in changed + removed]
+    kept = safety.keep_files(t.root, [pdir / n for n in changed + removed]
                              + ([series_path] if series_changed else []), "export")
     for name in changed:
         (pdir / name).write_bytes(new[name])
@@ -414,14 +435,14 @@ def export(root: Path, check: bool = False, force: bool = False, log=print) -> l
     if series_changed:
         series_path.write_text(series_text)
     state.head = git.rev(repo, "HEAD")
-    state.fingerprint = fingerprint(root, state.base)
+    state.fingerprint = fingerprint(t, state.base)
     state.total = state.applied = len(names)
-    state.save(root)
+    state.save(t)
     log(f"export: {len(names)} patch(es); {len(changed)} written, {len(removed)} removed")
     for name in changed:
-        log(f"  wrote patches/{name}")
+        log(f"  wrote {label}/{name}")
     for name in removed:
-        log(f"  removed patches/{name}")
+        log(f"  removed {label}/{name}")
     if kept:
         log(f"export: the previous versions are kept in {kept}")
     return changed
@@ -432,14 +453,16 @@ def export(root: Path, check: bool = False, force: bool = False, log=print) -> l
 REQUIRED = ("name", "seed", "summary", "config", "tests")
 
 
-def check_manifest(root: Path, repo: Path, base_commit: str, names: list[str]) -> None:
+def check_manifest(where: Where, repo: Path, base_commit: str, names: list[str]) -> None:
     """Each commit names its manifest entry with a Patch-Name trailer; a
     commit without one, an entry without a commit, or an entry lacking a
     key fails (nothing is written). No manifest, no check."""
-    entries = read_manifest(root)
-    if not entries and not (root / PATCHES / MANIFEST).exists():
+    t = target.of(where)
+    manifest = f"{t.patches_label}/{MANIFEST}"
+    entries = read_manifest(t)
+    if not entries and not (t.patches / MANIFEST).exists():
         return
-    problems = [f"patches/{MANIFEST} entry {e.get('name', e.get('file'))} lacks "
+    problems = [f"{manifest} entry {e.get('name', e.get('file'))} lacks "
                 f"{', '.join(k for k in REQUIRED if k not in e)}"
                 for e in entries if any(k not in e for k in REQUIRED)]
     listed = [e.get("name") for e in entries]
@@ -448,12 +471,12 @@ def check_manifest(root: Path, repo: Path, base_commit: str, names: list[str]) -
         if name is None:
             problems.append(f"commit {cid[:12]} \"{subject}\" has no {NAME_TRAILER}: trailer "
                             f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "
-                            f"[[patch]] entry with name = \"NAME\" in patches/{MANIFEST})")
+                            f"[[patch]] entry with name = \"NAME\" in {manifest})")
         elif name not in listed:
             problems.append(f"commit {cid[:12]} \"{subject}\" is {NAME_TRAILER}: {name}, "
-                            f"which patches/{MANIFEST} has no entry for")
+                            f"which {manifest} has no entry for")
     have = {name for _, _, name in trailers}
-    problems += [f"patches/{MANIFEST} has an entry {n} that no commit names: remove it, or "
+    problems += [f"{manifest} has an entry {n} that no commit names: remove it, or "
                  f"restore the commit's {NAME_TRAILER}: trailer"
                  for n in listed if n not in have]
     if problems:
@@ -473,42 +496,39 @@ def commit_names(repo: Path, base_commit: str) -> list[tuple[str, str, str | Non
     return rows
 
 
-def manifest_entry(root: Path, name: str) -> dict | None:
-    return next((e for e in read_manifest(root) if e.get("name") == name), None)
+def manifest_entry(where: Where, name: str) -> dict | None:
+    return next((e for e in read_manifest(where) if e.get("name") == name), None)
 
 
-def test_files(root: Path) -> list[str]:
+def test_files(where: Where) -> list[str]:
     """The series' test files, in series order, from the manifest."""
     files: list[str] = []
-    for entry in read_manifest(root):
+    for entry in read_manifest(where):
         files += [t for t in entry.get("tests", []) if t not in files]
     return files
 
 
-def layering_acknowledged(root: Path) -> dict[str, str]:
+def layering_acknowledged(where: Where) -> dict[str, str]:
     """Files whose coupling count a patch raises on purpose, with the reason
     (the manifest's ``layering`` tables)."""
     declared: dict[str, str] = {}
-    for entry in read_manifest(root):
+    for entry in read_manifest(where):
         for path, why in entry.get("layering", {}).items():
             declared[path] = f"{entry.get('name')}: {why}"
     return declared
 
 
-def test_requirements(root: Path) -> list[str]:
-    """What the series' CPU tests need installed: torch (CPU), vLLM's Python
-    requirements and the Triton of the GPU stack (3.6.0, torch 2.11's), which
-    compiles the series' Triton kernels for sm_75 / sm_70 without a GPU
-    (unpinned, vLLM's requirements bring whatever is newest); nothing while the
-    series has no test files."""
-    if not test_files(root):
+def test_requirements(where: Where) -> list[str]:
+    """What the series' CPU tests need installed: the target's torch, its
+    tree's Python requirements and, for the pin, the Triton of the GPU stack
+    (3.6.0, torch 2.11's), which compiles the series' Triton kernels for sm_75
+    / sm_70 without a GPU (unpinned, vLLM's requirements bring whatever is
+    newest); nothing while the series has no test files."""
+    t = target.of(where)
+    if not test_files(t):
         return []
-    return [
-        "torch==2.13.0",
-        "triton==3.6.0",
-        "-r",
-        str(work_repo(root) / "requirements" / "common.txt"),
-    ]
+    triton = [] if t.port else ["triton==3.6.0"]
+    return [f"torch=={t.torch}", *triton, "-r", str(t.work / "requirements" / "common.txt")]
 
 
 def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from serieskit.errors import ToolkitError
 
@@ -29,6 +30,9 @@ class RebaseState:
     update_pin: bool = False  # move the pin when the rebase finishes
     resolved: list[str] = field(default_factory=list)  # subjects resolved by hand
     done: bool = False  # finished; kept until the pin moves or apply goes back
+    kind: str = "rebase"  # or "carry": changes of the pin's series carried to a port
+    # For a carry: what to record in the port's carried.toml once it finishes.
+    carried: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def is_release(self) -> bool:
@@ -53,16 +57,18 @@ class State:
     rebase: RebaseState | None = None  # a rebase stopped, or finished off the pin
 
     @classmethod
-    def path(cls, root: Path) -> Path:
-        return root / WORK / "state.json"
+    def path(cls, where: Any) -> Path:
+        """The state file of a target (``where.state_file``: one per work
+        tree), or the pin's for a toolkit root."""
+        return getattr(where, "state_file", None) or Path(where) / WORK / "state.json"
 
     @classmethod
-    def exists(cls, root: Path) -> bool:
-        return cls.path(root).exists()
+    def exists(cls, where: Any) -> bool:
+        return cls.path(where).exists()
 
     @classmethod
-    def load(cls, root: Path) -> State:
-        path = cls.path(root)
+    def load(cls, where: Any) -> State:
+        path = cls.path(where)
         if not path.exists():
             return cls()
         try:
@@ -71,10 +77,11 @@ class State:
             return cls(**data, rebase=RebaseState(**rebase) if rebase else None)
         except (ValueError, TypeError):
             raise ToolkitError(f"{path} is corrupt: move it aside and run "
-                               "`nox -s apply`, which checks the work tree for your work") from None
+                               "`nox -s apply` (`-- --port VERSION` for a port's), which checks "
+                               "the work tree for your work") from None
 
-    def save(self, root: Path) -> None:
-        path = self.path(root)
+    def save(self, where: Any) -> None:
+        path = self.path(where)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")

@@ -6,62 +6,87 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from serieskit import base, git, rebase, safety, series
+from serieskit import base, git, rebase, safety, series, target
 from serieskit.errors import ToolkitError
 from serieskit.state import State
+from serieskit.target import Target
 
 
-def status(root: Path, log=print) -> dict:
-    """Print and return how the work tree relates to the pin and patches/."""
-    pin = base.read_pin(root)
-    repo = series.work_repo(root)
-    names = series.read_series(root)
+def status(where: Path | Target, log=print) -> dict:
+    """Print and return how the work tree relates to its base and patch folder."""
+    t = target.of(where)
+    pin = base.Pin(t.version, t.sha256, t.commit)
+    repo = t.work
+    names = series.read_series(t)
     info: dict = {"pin": pin.version, "patches": names, "work_tree": str(repo)}
-    log(f"pin:       vLLM {pin.version} (sdist sha256 {pin.sha256[:16]}..., "
-        f"base commit {(pin.commit or '?')[:12]})")
+    owner = f"port:      vLLM {pin.version} ({t.patches_label})" if t.port else \
+        f"pin:       vLLM {pin.version}"
+    log(f"{owner} (sdist sha256 {pin.sha256[:16]}..., base commit {(pin.commit or '?')[:12]})")
+    if not t.port:
+        _port_lines(t, info, log)
     if not repo.exists():
-        log(f"work tree: none ({repo} not made yet: `nox -s apply`)")
+        log(f"work tree: none ({repo} not made yet: `{t.cmd('apply')}`)")
         info["work_tree"] = None
         return info
     if not git.is_repo(repo):
-        log(f"work tree: {repo} is not a git repository (no .git): `nox -s apply` refuses "
-            f"until it is moved aside; `nox -s apply -- --force` moves it under "
+        log(f"work tree: {repo} is not a git repository (no .git): `{t.cmd('apply')}` refuses "
+            f"until it is moved aside; `{t.cmd('apply', '--force')}` moves it under "
             f"{safety.BACKUP_DIR}/")
         return info
-    if not State.exists(root):
+    if not State.exists(t):
         log(f"work tree: {repo}, with no record of what the toolkit wrote there "
-            "(.work/state.json is missing): `nox -s apply` treats every commit beyond "
-            "the base as yours and refuses (or keeps them, with --force)")
+            f"({State.path(t).relative_to(t.root)} is missing): `{t.cmd('apply')}` treats "
+            "every commit beyond the base as yours and refuses (or keeps them, with --force)")
         _uncommitted(repo, info, log)
         return info
-    state = State.load(root)
+    state = State.load(t)
     head = git.rev(repo, "HEAD")
     info.update(base=state.base, head=head)
     on_pin = state.base == pin.commit
     branch = git.branch(repo)
     if state.rebase_stopped and state.rebase:
-        log(f"work tree: {repo}, in a rebase from vLLM {state.rebase.old_label} onto "
-            f"{state.rebase.target} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
-        for line in rebase.conflict_lines(root):
+        what = "a carry of the pin's changes" if state.rebase.kind == "carry" else \
+            f"a rebase from vLLM {state.rebase.old_label} onto {state.rebase.target}"
+        log(f"work tree: {repo}, in {what} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
+        for line in rebase.conflict_lines(t):
             log(line)
         _uncommitted(repo, info, log)
         return info
-    on = "the pin's base" if on_pin else f"vLLM {state.base_label}"
+    on = ("the port's base" if t.port else "the pin's base") if on_pin else \
+        f"vLLM {state.base_label}"
     log(f"work tree: {repo} on {on} ({(state.base or '?')[:12]}), HEAD {(head or '?')[:12]}"
         + ("" if branch == series.BRANCH else
            " (detached)" if branch is None else f" (branch {branch})"))
     if state.in_progress:
-        log(f"  an apply was interrupted at {state.applied}/{state.total}: `nox -s apply` "
+        log(f"  an apply was interrupted at {state.applied}/{state.total}: `{t.cmd('apply')}` "
             "redoes it (any work of yours stops it first)")
     elif state.failed:
-        log(f"  the last apply stopped at patches/{state.failed}: the work tree holds "
-            f"{state.applied}/{state.total} patches; fix that patch, then `nox -s apply`")
+        log(f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "
+            f"{state.applied}/{state.total} patches; fix that patch, then `{t.cmd('apply')}`")
     elif state.rebase and not on_pin:
         _rebased_lines(state, pin, log)
-    _commits(root, repo, state, names, info, log,
+    _commits(t, state, names, info, log,
              advise=state.complete and on_pin and branch == series.BRANCH)
     _uncommitted(repo, info, log)
     return info
+
+
+def _port_lines(pin: Target, info: dict, log) -> None:
+    """One line per port: whether it has every change of the pin's patches."""
+    from serieskit import carry
+
+    info["ports"] = {}
+    for port in base.read_ports(pin.root):
+        try:
+            t = target.port(pin.root, port.version)
+            p = carry.plan(carry.pin_patches(pin), carry.read_carried(t), carry.port_names(t))
+            lags = [x.name for x in p.changed + p.new] + p.dropped + p.unrecorded
+        except ToolkitError as e:
+            lags = [f"({e})"]
+        info["ports"][port.version] = lags
+        log(f"port:      vLLM {port.version} ({port.patches}): "
+            + (f"lacks the pin's changes to {', '.join(lags)}: `nox -s carry -- {port.version}`"
+               if lags else "has every change of the pin's patches"))
 
 
 def _rebased_lines(state: State, pin: base.Pin, log) -> None:
@@ -78,8 +103,9 @@ def _rebased_lines(state: State, pin: base.Pin, log) -> None:
             f"back to the pin (keeping these commits under {safety.BACKUP_REF}/)")
 
 
-def _commits(root: Path, repo: Path, state: State, names: list[str], info: dict, log,
+def _commits(t: Target, state: State, names: list[str], info: dict, log,
              advise: bool) -> None:
+    repo, label = t.work, t.patches_label
     head = git.rev(repo, "HEAD")
     commits = git.commits(repo, f"{state.base}..HEAD") if head and state.base else []
     differ: list[str] = []
@@ -93,7 +119,7 @@ def _commits(root: Path, repo: Path, state: State, names: list[str], info: dict,
         for i, (cid, subject) in enumerate(commits):
             name = exported[i] if i < len(exported) else None
             mine = (Path(tmp) / name).read_bytes() if name else None
-            if name in names and mine == (root / series.PATCHES / name).read_bytes():
+            if name in names and mine == (t.patches / name).read_bytes():
                 mark = "="
             else:
                 mark = "M" if name in names else "+"
@@ -101,15 +127,16 @@ def _commits(root: Path, repo: Path, state: State, names: list[str], info: dict,
             log(f"  {mark} {cid[:12]} {subject}")
     missing = [n for n in names if n not in exported]
     for n in missing:
-        log(f"  - patches/{n} is not in the work tree")
+        log(f"  - {label}/{n} is not in the work tree")
     info["differ"] = differ + missing
     if not (differ or missing):
-        log("patches:   the work tree matches patches/")
+        log(f"patches:   the work tree matches {label}/")
     elif advise:
-        log("patches:   differ from the work tree (= same, M changed, + not in patches/, "
-            "- not applied): `nox -s export` writes the work tree, `nox -s apply` the patches")
+        log(f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
+            f"- not applied): `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` "
+            "the patches")
     else:
-        log("patches:   differ from the work tree (= same, M changed, + not in patches/, "
+        log(f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
             "- not applied)")
 
 

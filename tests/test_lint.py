@@ -119,6 +119,9 @@ def test_pre_commit_results_are_read_per_hook_id():
         "failed", "a.py:3: error: Found torch.cuda API call.")
     assert lint.mypy_errors("vllm/a.py:12: error: Bad [x]\nvllm/a.py: note: n\n") == {
         ("vllm/a.py", "Bad [x]")}
+    output = "vllm/a.py:12: error: Bad [x]\nvllm/a.py:40: error: Old\nvllm/a.py: note: n\n"
+    assert lint.new_mypy_error_lines(output, {("vllm/a.py", "Bad [x]")}) == [
+        "vllm/a.py:12: error: Bad [x]"]
 
 
 FAKE_MYPY = """\
@@ -201,7 +204,8 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     lines = []
     assert lint.run(tree, work, base, log=lines.append) == ["no-bad", "mypy-3.10", "upper"]
     text = "\n".join(lines)
-    assert "vllm/new.py: ERR series" in text  # the new mypy error, named
+    # The new mypy error, named as mypy names it: with its line, to be found.
+    assert "vllm/new.py:1: error: ERR series" in text
     assert "upstream" not in text.split("--- mypy-3.10 failed:")[1].split("---")[0]
     assert "notes/b.txt" in text  # the rewritten file is listed
     # The formatter rewrote the lint checkout, never the work tree.

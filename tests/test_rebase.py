@@ -200,3 +200,34 @@ def test_classify_separates_own_lines_from_moved_context():
           "    ++    new = 2\n"
           "    -     context\n")
     assert rebase.classify(rd) == [("[Kernel] Moved", 0, 2), ("[Core] Edited", 3, 1)]
+
+
+def test_conflict_names_what_upstream_added_beside_it(root, cache):
+    """A new upstream module next to the conflicted file (or next to a file the
+    patch adds) is named at the stop: it may be upstream's own version of the
+    patch's work, a conflict that has no marker."""
+    make_series(root)
+    add_release(cache, "0.0.3", {**CONFLICTING,
+                                 "vllm/ubatch_runner.py": "class Runner: ...\n",
+                                 "tools/other.sh": "#!/bin/sh\n"})
+    lines = []
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.3", log=lines.append)
+    out = "\n".join(lines)
+    assert "upstream added beside them" in out
+    assert "    vllm/ubatch_runner.py" in out
+    assert "tools/other.sh" not in out  # another folder
+    rebase.abort(root, log=quiet)
+
+
+def test_added_beside_caps_the_list(root, cache, monkeypatch):
+    make_series(root)
+    add_release(cache, "0.0.3", {**CONFLICTING,
+                                 **{f"vllm/m{i}.py": f"M = {i}\n" for i in range(5)}})
+    monkeypatch.setattr(rebase, "ADDED_BESIDE_MAX", 2)
+    lines = []
+    with pytest.raises(ToolkitError):
+        rebase.start(root, "vllm==0.0.3", log=lines.append)
+    out = "\n".join(lines)
+    assert "... and 3 more" in out and "--diff-filter=A" in out
+    rebase.abort(root, log=quiet)
