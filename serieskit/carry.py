@@ -110,6 +110,23 @@ def read_carried(port: Target) -> dict[str, dict[str, str]]:
     return table
 
 
+def read_pending(port: Target) -> dict[str, dict[str, str]]:
+    """carried.toml's ``[pending]``: {patch name: {patch_id, why}}, changes of
+    the pin's series that the port knowingly lacks. Each names the patch-id of
+    the pin's patch it is about, so a later change to that patch fails again."""
+    path = port.patches / CARRIED
+    if not path.exists():
+        return {}
+    table = tomllib.loads(path.read_text()).get("pending", {})
+    bad = [n for n, v in table.items()
+           if not (isinstance(v, dict) and isinstance(v.get("patch_id"), str)
+                   and isinstance(v.get("why"), str) and v["why"].strip())]
+    if bad:
+        raise ToolkitError(f"{port.patches_label}/{CARRIED}: [pending] entry {bad[0]} needs "
+                           "patch_id and a non-empty why")
+    return table
+
+
 def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
     lines = [
         "# The pin's patches as this port last took them (written by `nox -s carry`):",
@@ -161,10 +178,16 @@ def check(pin: Target, port: Target, log=print) -> None:
     kernels are the pin's, byte for byte."""
     pins = pin_patches(pin)
     p = plan(pins, read_carried(port), port_names(port))
+    pending = read_pending(port)
+    # Declared in [pending] for the pin's patch as it is now: reported, not failed.
+    declared = {x.name for x in p.changed + p.new
+                if pending.get(x.name, {}).get("patch_id") == x.patch_id}
+    for name in sorted(declared):
+        log(f"carry --check: PENDING {name}: {pending[name]['why']}")
     problems = [f"{x.name} ({pin.patches_label}/{x.file}) changed since it was last carried"
-                for x in p.changed]
+                for x in p.changed if x.name not in declared]
     problems += [f"{x.name} ({pin.patches_label}/{x.file}) is new in the pin's series"
-                 for x in p.new]
+                 for x in p.new if x.name not in declared]
     problems += [f"{n} left the pin's series and is still carried" for n in p.dropped]
     problems += [f"{n} is in the port, but {port.patches_label}/{CARRIED} does not say which "
                  "version of the pin's patch it took" for n in p.unrecorded]
@@ -176,6 +199,11 @@ def check(pin: Target, port: Target, log=print) -> None:
             + (f"; or, where the port already has the pin's current patches, "
                f"`nox -s carry -- {port.version} --record`" if p.unrecorded else ""),
         ]))
+    if declared:
+        log(f"carry --check: the port to vLLM {port.version} lacks {len(declared)} declared "
+            f"change(s) of the pin's series ({port.patches_label}/{CARRIED} [pending]); the "
+            f"kernels are compared once they are carried")
+        return
     log(f"carry --check: the port to vLLM {port.version} has all {len(pins)} patch(es) of "
         "the pin's series as they are now")
     check_kernels(pin, port, log)

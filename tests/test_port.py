@@ -221,6 +221,26 @@ def test_check_fails_when_the_pin_changed_a_patch(pinport):
     assert f"`nox -s carry -- {PORT}`" in msg
 
 
+def test_check_reports_a_declared_pending_change_and_fails_once_it_moves_on(pinport):
+    """[pending] names the pin's patch as it is now: reported, not failed; a
+    later change of that patch fails again; a declaration needs its reason."""
+    pin, port = pinport
+    write_series(pin, pin_patches(f0(101)))
+    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry.CARRIED
+    text = carried.read_text()
+    carried.write_text(text + f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
+    lines = []
+    carry.check(pin, port, log=lines.append)
+    assert any("PENDING f0: not yet" in line for line in lines)
+    write_series(pin, pin_patches(f0(102)))
+    with pytest.raises(ToolkitError, match="f0 .* changed since it was last carried"):
+        carry.check(pin, port, log=quiet)
+    carried.write_text(text + f'[pending]\n"f0" = {{ patch_id = "{pid}", why = " " }}\n')
+    with pytest.raises(ToolkitError, match=r"\[pending\] entry f0 needs patch_id and a "):
+        carry.check(pin, port, log=quiet)
+
+
 def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
     """A patch-id is of the diff's content: a change of an earlier patch that
     only moves this one's lines (or a new subject) is nothing to carry."""
