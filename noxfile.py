@@ -134,6 +134,8 @@ def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
     session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, runner.COVERAGE, MATPLOTLIB, *LINT)
+    # The toolkit's own code first: ruff check, ruff format and mypy (lint_toolkit).
+    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):
@@ -160,7 +162,11 @@ def ci_port(session: nox.Session) -> None:
     session.run("python", "-m", "serieskit", "apply", *port)
     if requirements := series.test_requirements(_target(session, version)):
         session.install(*requirements)
-    for step in (["export", "--check", *port], ["carry", version, "--check"],
-                 ["docs", "--check", *port], ["lint", *port],
-                 ["test", "--no-upstream", *port]):
+    for step in (
+        ["export", "--check", *port],
+        ["carry", version, "--check"],
+        ["docs", "--check", *port],
+        ["lint", *port],
+        ["test", "--no-upstream", *port],
+    ):
         session.run("python", "-m", "serieskit", *step)

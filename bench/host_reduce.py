@@ -145,11 +145,16 @@ def _host_issue(rank, cpu_group, hr_kernel, hr_ce, calls: int = 30) -> list[dict
     for nbytes in SIZES:
         x = torch.randn(nbytes // 2, device="cuda", dtype=torch.float16)
         y = x.clone()
-        row: dict = {"bytes": nbytes, "copy_engine_pieces": ce_pieces(nbytes),
-                     "copy_engine_driver_calls": ce_driver_calls(nbytes)}
-        impls = {"nccl": lambda y=y: dist.all_reduce(y),
-                 "kernel_mode": lambda x=x: hr_kernel.all_reduce(x),
-                 "copy_engine_mode": lambda x=x: hr_ce.all_reduce(x)}
+        row: dict = {
+            "bytes": nbytes,
+            "copy_engine_pieces": ce_pieces(nbytes),
+            "copy_engine_driver_calls": ce_driver_calls(nbytes),
+        }
+        impls = {
+            "nccl": lambda y=y: dist.all_reduce(y),
+            "kernel_mode": lambda x=x: hr_kernel.all_reduce(x),
+            "copy_engine_mode": lambda x=x: hr_ce.all_reduce(x),
+        }
         for name, fn in impls.items():
             for _ in range(3):
                 fn()
@@ -166,13 +171,19 @@ def _host_issue(rank, cpu_group, hr_kernel, hr_ce, calls: int = 30) -> list[dict
                 fn()
             back_to_back = (time.perf_counter() - t) * 1e3 / iters
             torch.cuda.synchronize()
-            row[name] = {"one_call_median_ms": statistics.median(one),
-                         "one_call_min_ms": min(one), "calls": calls,
-                         "back_to_back_host_ms_per_call": back_to_back}
+            row[name] = {
+                "one_call_median_ms": statistics.median(one),
+                "one_call_min_ms": min(one),
+                "calls": calls,
+                "back_to_back_host_ms_per_call": back_to_back,
+            }
         rows.append(row)
         if rank == 0:
-            print(f"{nbytes:>9} B host issue: " + ", ".join(
-                f"{i} {row[i]['one_call_median_ms']:.4f} ms" for i in impls), flush=True)
+            print(
+                f"{nbytes:>9} B host issue: "
+                + ", ".join(f"{i} {row[i]['one_call_median_ms']:.4f} ms" for i in impls),
+                flush=True,
+            )
     return rows
 
 
@@ -209,8 +220,7 @@ def _copy_bw(rank, cpu_group) -> dict:
             ev[k][1].record(stream)
         torch.cuda.synchronize()
         return {
-            k + "_GBps": nbytes * reps / (ev[k][0].elapsed_time(ev[k][1]) * 1e-3) / 1e9
-            for k in on
+            k + "_GBps": nbytes * reps / (ev[k][0].elapsed_time(ev[k][1]) * 1e-3) / 1e9 for k in on
         }
 
     res: dict = {"bytes_per_copy": nbytes}
@@ -326,9 +336,7 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     from vllm.distributed.device_communicators.host_all_reduce import HostAllReduce
 
     torch.cuda.set_device(rank)
-    dist.init_process_group(
-        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
-    )
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     cpu_group = dist.new_group(backend="gloo")
     x = torch.ones(1, device="cuda")
     dist.all_reduce(x)
@@ -394,8 +402,9 @@ def _host_bound(issue: dict, entry: dict) -> dict:
         "copy_engine_pieces": issue["copy_engine_pieces"],
         "copy_engine_driver_calls": calls,
         "copy_engine_host_issue_ms": host_ms,
-        "copy_engine_host_us_per_driver_call":
-            1e3 * (host_ms - kernel["one_call_median_ms"]) / (calls - 1),
+        "copy_engine_host_us_per_driver_call": 1e3
+        * (host_ms - kernel["one_call_median_ms"])
+        / (calls - 1),
         "copy_engine_host_back_to_back_ms": ce["back_to_back_host_ms_per_call"],
         "copy_engine_host_fraction_of_call": host_ms / entry["copy_engine_mode_ms"],
         "kernel_mode_host_issue_ms": kernel["one_call_median_ms"],
@@ -411,7 +420,8 @@ METHOD = (
     "synchronized and released together (median of 30), and host time per call of N "
     "back-to-back calls; interference: loop of 30 ops on the default stream, all-reduces "
     "of 8,192,000 B enqueued after it on a side stream (1.3x the loop's time), median of "
-    "3; copies: 64 MiB pinned copies, 10 per stream")
+    "3; copies: 64 MiB pinned copies, 10 per stream"
+)
 
 
 def figures(rank0: dict, summary: dict) -> dict:
@@ -419,10 +429,15 @@ def figures(rank0: dict, summary: dict) -> dict:
     load, and per payload the time per call of each implementation, the
     floor, and the copy-engine mode's host side."""
     both = rank0["copy_bandwidth"]["both_directions_both_gpus"]
-    out = {f"copy_{d}_both_GBps": results.figure(
-        both[f"{d}_GBps"], "GB/s", f"pinned {name} copies, both directions on both GPUs",
-        f"rank0.copy_bandwidth.both_directions_both_gpus.{d}_GBps")
-        for d, name in (("h2d", "host-to-device"), ("d2h", "device-to-host"))}
+    out = {
+        f"copy_{d}_both_GBps": results.figure(
+            both[f"{d}_GBps"],
+            "GB/s",
+            f"pinned {name} copies, both directions on both GPUs",
+            f"rank0.copy_bandwidth.both_directions_both_gpus.{d}_GBps",
+        )
+        for d, name in (("h2d", "host-to-device"), ("d2h", "device-to-host"))
+    }
     names = {"nccl": "NCCL", "kernel_mode": "kernel mode", "copy_engine_mode": "copy-engine mode"}
     for i, row in enumerate(summary["per_size"]):
         b = row["bytes"]
@@ -431,17 +446,23 @@ def figures(rank0: dict, summary: dict) -> dict:
         def add(key: str, unit: str, what: str, b=b, where=where, row=row) -> None:
             if key in row:
                 out[f"allreduce_{b}B.{key}"] = results.figure(
-                    row[key], unit, f"two-rank fp16 all-reduce of {b:,} B, {what}",
-                    f"{where}.{key}")
+                    row[key], unit, f"two-rank fp16 all-reduce of {b:,} B, {what}", f"{where}.{key}"
+                )
 
         for impl, name in names.items():
             add(f"{impl}_ms", "ms", f"{name}, time per call")
         add("floor_ms", "ms", "pipelined host all-reduce floor")
         add("copy_engine_host_issue_ms", "ms", "copy-engine mode, host time of one call")
-        add("copy_engine_host_us_per_driver_call", "us",
-            "copy-engine mode, host time per driver call (above the kernel mode's)")
-        add("copy_engine_host_fraction_of_call", "fraction",
-            "copy-engine mode, host time of one call over its time per call")
+        add(
+            "copy_engine_host_us_per_driver_call",
+            "us",
+            "copy-engine mode, host time per driver call (above the kernel mode's)",
+        )
+        add(
+            "copy_engine_host_fraction_of_call",
+            "fraction",
+            "copy-engine mode, host time of one call over its time per call",
+        )
     return out
 
 
@@ -449,10 +470,17 @@ def document(rank0: dict, rank1: dict, run: dict, machine: dict, series: dict) -
     """The results file (results/README.md) of one run: both ranks' raw
     results, rank 0's summary and its figures."""
     summary = _summary(rank0)
-    body = {"what": "two-rank fp16 all-reduce: host all-reduce vs NCCL, P2P off",
-            **run, "method": METHOD, "rank0": rank0, "rank1": rank1, "summary": summary}
-    return results.document("bench", body, machine=machine, series=series,
-                            figures=figures(rank0, summary))
+    body = {
+        "what": "two-rank fp16 all-reduce: host all-reduce vs NCCL, P2P off",
+        **run,
+        "method": METHOD,
+        "rank0": rank0,
+        "rank1": rank1,
+        "summary": summary,
+    }
+    return results.document(
+        "bench", body, machine=machine, series=series, figures=figures(rank0, summary)
+    )
 
 
 def main() -> None:
@@ -466,9 +494,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, port, args.out, queue)) for r in (0, 1)
-    ]
+    procs = [ctx.Process(target=_worker, args=(r, port, args.out, queue)) for r in (0, 1)]
     for pr in procs:
         pr.start()
     by_rank: dict = {}
@@ -484,12 +510,22 @@ def main() -> None:
                 raise SystemExit(f"a worker failed (exit codes {dead})") from None
     for pr in procs:
         pr.join()
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,pci.bus_id", "--format=csv,noheader"],
-        check=False, capture_output=True, text=True).stdout.strip().splitlines()
+    smi = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,pci.bus_id", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     nccl = torch.cuda.nccl.version()
-    run = {"gpus": smi, "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-           "env": {k: os.environ.get(k) for k in ("NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE")}}
+    run = {
+        "gpus": smi,
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
+        "env": {k: os.environ.get(k) for k in ("NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE")},
+    }
     doc = document(by_rank[0], by_rank[1], run, results.machine(), results.current_series(ROOT))
     results.write(Path(args.out), doc)
     s = doc["summary"]
@@ -504,11 +540,13 @@ def main() -> None:
             )
         )
         if "copy_engine_host_issue_ms" in row:
-            print(f"{'':>9}   copy-engine host issue {row['copy_engine_host_issue_ms']:.4f} ms "
-                  f"({row['copy_engine_driver_calls']} driver calls, "
-                  f"{row['copy_engine_host_us_per_driver_call']:.2f} us each above the kernel "
-                  f"mode), {100 * row['copy_engine_host_fraction_of_call']:.0f}% of its time "
-                  "per call")
+            print(
+                f"{'':>9}   copy-engine host issue {row['copy_engine_host_issue_ms']:.4f} ms "
+                f"({row['copy_engine_driver_calls']} driver calls, "
+                f"{row['copy_engine_host_us_per_driver_call']:.2f} us each above the kernel "
+                f"mode), {100 * row['copy_engine_host_fraction_of_call']:.0f}% of its time "
+                "per call"
+            )
 
 
 if __name__ == "__main__":

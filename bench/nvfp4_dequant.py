@@ -210,7 +210,7 @@ def series_from_tree(vllm_root: Path) -> dict:
         p = vllm_root / name
         return p.read_text().strip() if p.exists() else None
 
-    files = {}
+    files: dict[str, str | None] = {}
     for patch in sorted((ROOT / "patches").glob("*.patch")):
         for path in re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), re.M):
             f = vllm_root / path

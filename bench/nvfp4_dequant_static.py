@@ -135,7 +135,7 @@ def series_header(tree: Path) -> dict:
 
     pin = base.read_pin(ROOT)
     head = git.git(tree, "rev-parse", "HEAD").strip()
-    block = claims.series_block(tree, pin.commit, head, pin.version)
+    block = claims.series_block(tree, pin.commit or "", head, pin.version)
     dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
     if dirty:
         block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())

@@ -39,14 +39,21 @@ def slug(data: dict) -> str:
 def allreduce_series(data: dict) -> dict[str, list[tuple[int, float, float]]]:
     """Line -> [(payload bytes, ms per call, GB/s)] from the bench's summary."""
     rows = data["summary"]["per_size"]
-    out = {impl: [(r["bytes"], r[f"{impl}_ms"], r[f"{impl}_algbw_GBps"]) for r in rows]
-           for impl in IMPLS}
+    out = {
+        impl: [(r["bytes"], r[f"{impl}_ms"], r[f"{impl}_algbw_GBps"]) for r in rows]
+        for impl in IMPLS
+    }
     floor = data["summary"]["floor_bandwidth_GBps"]
     out["floor"] = [(r["bytes"], r["floor_ms"], floor) for r in rows]
     if all("copy_engine_host_issue_ms" in r for r in rows):
-        out["copy_engine_host"] = [(r["bytes"], r["copy_engine_host_issue_ms"],
-                                    r["bytes"] / (r["copy_engine_host_issue_ms"] * 1e6))
-                                   for r in rows]
+        out["copy_engine_host"] = [
+            (
+                r["bytes"],
+                r["copy_engine_host_issue_ms"],
+                r["bytes"] / (r["copy_engine_host_issue_ms"] * 1e6),
+            )
+            for r in rows
+        ]
     return out
 
 
@@ -57,13 +64,20 @@ def prefill_bars(data: dict) -> dict:
     order = [a["name"] for a in data.get("arms", []) if a["name"] in s["arms"]]
     order += [n for n in s["arms"] if n not in order]
     ref = s["arms"][order[0]]["prefill_total_mean_s"]
-    arms = {n: {"mean": s["arms"][n]["prefill_total_mean_s"],
-                "boots": s["arms"][n]["prefill_total_s"],
-                "change_pct": 100 * (s["arms"][n]["prefill_total_mean_s"] / ref - 1)}
-            for n in order}
+    arms = {
+        n: {
+            "mean": s["arms"][n]["prefill_total_mean_s"],
+            "boots": s["arms"][n]["prefill_total_s"],
+            "change_pct": 100 * (s["arms"][n]["prefill_total_mean_s"] / ref - 1),
+        }
+        for n in order
+    }
     bound = s.get("ideal_overlap", {}).get("ideal_saving_s")
-    return {"arms": arms, "ceiling": s.get("p2p_on_prefill_total_mean_s"),
-            "ideal": None if bound is None else ref - bound}
+    return {
+        "arms": arms,
+        "ceiling": s.get("p2p_on_prefill_total_mean_s"),
+        "ideal": None if bound is None else ref - bound,
+    }
 
 
 def _payload_axis(ax) -> None:
@@ -106,21 +120,38 @@ def plot_prefill(data: dict, dest: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for i, n in enumerate(names):
         arm = bars["arms"][n]
-        ax.hlines(arm["mean"], i - 0.3, i + 0.3, color="C0", lw=3,
-                  label="P2P off, mean of the boots" if i == 0 else None)
+        ax.hlines(
+            arm["mean"],
+            i - 0.3,
+            i + 0.3,
+            color="C0",
+            lw=3,
+            label="P2P off, mean of the boots" if i == 0 else None,
+        )
         ax.plot([i] * len(arm["boots"]), arm["boots"], "k.", label="one boot" if i == 0 else None)
         text = f"{arm['mean']:.2f} s" + (f" ({arm['change_pct']:+.1f} %)" if i else "")
-        ax.annotate(text, (i, arm["mean"]), xytext=(0, 8), textcoords="offset points",
-                    ha="center", fontsize=8)
+        ax.annotate(
+            text,
+            (i, arm["mean"]),
+            xytext=(0, 8),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
+        )
     ax.set_xticks(range(len(names)), names)
     ax.set_xlim(-0.6, len(names) - 0.4)
     means = [bars["arms"][n]["mean"] for n in names]
     if bars["ceiling"]:
-        ax.axhline(bars["ceiling"], color="C3", ls="--",
-                   label=f"P2P on, reference (ceiling): {bars['ceiling']:.2f} s")
+        ax.axhline(
+            bars["ceiling"],
+            color="C3",
+            ls="--",
+            label=f"P2P on, reference (ceiling): {bars['ceiling']:.2f} s",
+        )
     if bars["ideal"]:
-        ax.axhline(bars["ideal"], color="C2", ls=":",
-                   label=f"ideal overlap bound: {bars['ideal']:.2f} s")
+        ax.axhline(
+            bars["ideal"], color="C2", ls=":", label=f"ideal overlap bound: {bars['ideal']:.2f} s"
+        )
     low = min([*means, *(x for x in (bars["ceiling"], bars["ideal"]) if x)])
     ax.set_ylim(low * 0.97, max(means) * 1.02)
     ax.set_ylabel("prefill of 4 x ~29k + 100k tokens (s; axis not from 0)")
@@ -150,8 +181,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
     bench, e2e = (json.loads(f.read_text()) for f in (a.bench, a.e2e))
-    written = [plot_allreduce(bench, a.out / f"host_reduce_{slug(bench)}.png"),
-               plot_prefill(e2e, a.out / f"e2e_prefill_{slug(e2e)}.png")]
+    written = [
+        plot_allreduce(bench, a.out / f"host_reduce_{slug(bench)}.png"),
+        plot_prefill(e2e, a.out / f"e2e_prefill_{slug(e2e)}.png"),
+    ]
     for f in written:
         print(f"plots: {f}")
     return written

@@ -107,27 +107,33 @@ def mma_ceiling(workdir: Path) -> dict:
     exe = workdir / "mma_ceiling"
     src.write_text(MMA_SRC)
     subprocess.run(
-        ["nvcc", "-O3", "-gencode=arch=compute_75,code=compute_75", str(src),
-         "-o", str(exe)],
+        ["nvcc", "-O3", "-gencode=arch=compute_75,code=compute_75", str(src), "-o", str(exe)],
         check=True,
     )
-    runs = [float(subprocess.run([str(exe)], capture_output=True, text=True,
-                                 check=True).stdout.split()[-1]) for _ in range(3)]
-    return {"tflops": max(runs), "runs": runs,
-            "build": "nvcc -gencode=arch=compute_75,code=compute_75 (PTX, JIT)"}
+    runs = [
+        float(
+            subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()[
+                -1
+            ]
+        )
+        for _ in range(3)
+    ]
+    return {
+        "tflops": max(runs),
+        "runs": runs,
+        "build": "nvcc -gencode=arch=compute_75,code=compute_75 (PTX, JIT)",
+    }
 
 
 def make_inputs(q_len: int, ctx: int, seed: int = 0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     seq = q_len + ctx
     pages = math.ceil(seq / PAGE)
-    cache = torch.empty((pages + 1, PAGE, KV_HEADS, 2 * HEAD), dtype=torch.float16,
-                        device="cuda")
+    cache = torch.empty((pages + 1, PAGE, KV_HEADS, 2 * HEAD), dtype=torch.float16, device="cuda")
     cache.normal_(generator=gen)
     perm = torch.randperm(pages + 1, generator=gen, device="cuda")[:pages]
     block_table = perm.to(torch.int32)[None, :].contiguous()
-    query = torch.randn((q_len, HEADS, HEAD), dtype=torch.float16, device="cuda",
-                        generator=gen)
+    query = torch.randn((q_len, HEADS, HEAD), dtype=torch.float16, device="cuda", generator=gen)
     return dict(
         query=query,
         key_cache=cache[..., :HEAD],
@@ -165,8 +171,12 @@ def time_graph(fn, reps: int, warmup: int = 3) -> dict:
         e1.record()
         e1.synchronize()
         times.append(e0.elapsed_time(e1))
-    return {"median_ms": statistics.median(times), "min_ms": min(times),
-            "max_ms": max(times), "reps": reps}
+    return {
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "reps": reps,
+    }
 
 
 def main() -> int:
@@ -201,9 +211,16 @@ def main() -> int:
 
         def kern(splits: int, out=out, inp=inp):  # bound now: called in this iteration
             return lambda: paged_prefill_attention_sm75(
-                out, inp["query"], inp["key_cache"], inp["value_cache"],
-                inp["block_table"], inp["cu_seqlens_q"], inp["seq_lens"],
-                inp["scale"], num_splits=splits)
+                out,
+                inp["query"],
+                inp["key_cache"],
+                inp["value_cache"],
+                inp["block_table"],
+                inp["cu_seqlens_q"],
+                inp["seq_lens"],
+                inp["scale"],
+                num_splits=splits,
+            )
 
         reps = a.reps if ctx + q_len < 120_000 else max(10, a.reps // 2)
         for name, splits in (("no_split", 1), ("auto_split", 0)):
@@ -218,25 +235,37 @@ def main() -> int:
 
             def triton_fn(inp=inp, tout=tout, q_len=q_len, seq=seq, descale=descale):
                 unified_attention(
-                    q=inp["query"], k=inp["key_cache"], v=inp["value_cache"],
-                    out=tout, cu_seqlens_q=inp["cu_seqlens_q"], max_seqlen_q=q_len,
-                    seqused_k=inp["seq_lens"], max_seqlen_k=seq,
-                    softmax_scale=inp["scale"], causal=True, window_size=(-1, -1),
-                    block_table=inp["block_table"], softcap=0, q_descale=None,
-                    k_descale=descale, v_descale=descale)
+                    q=inp["query"],
+                    k=inp["key_cache"],
+                    v=inp["value_cache"],
+                    out=tout,
+                    cu_seqlens_q=inp["cu_seqlens_q"],
+                    max_seqlen_q=q_len,
+                    seqused_k=inp["seq_lens"],
+                    max_seqlen_k=seq,
+                    softmax_scale=inp["scale"],
+                    causal=True,
+                    window_size=(-1, -1),
+                    block_table=inp["block_table"],
+                    softcap=0,
+                    q_descale=None,
+                    k_descale=descale,
+                    v_descale=descale,
+                )
 
             t = time_graph(triton_fn, max(5, reps // 2))
             t["tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
             row["triton_attn"] = t
             torch.cuda.synchronize()
-            row["max_abs_diff_vs_triton_attn"] = (
-                (out.float() - tout.float()).abs().max().item())
+            row["max_abs_diff_vs_triton_attn"] = (out.float() - tout.float()).abs().max().item()
         rows.append(row)
-        line = (f"{q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms "
-                f"({row['no_split']['tflops']:6.1f} TF), "
-                f"auto {row['auto_split']['median_ms']:8.3f} ms "
-                f"({row['auto_split']['tflops']:6.1f} TF, "
-                f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} %)")
+        line = (
+            f"{q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms "
+            f"({row['no_split']['tflops']:6.1f} TF), "
+            f"auto {row['auto_split']['median_ms']:8.3f} ms "
+            f"({row['auto_split']['tflops']:6.1f} TF, "
+            f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} %)"
+        )
         if "triton_attn" in row:
             line += f", TRITON_ATTN {row['triton_attn']['median_ms']:8.3f} ms"
         print(line, flush=True)
@@ -245,47 +274,74 @@ def main() -> int:
 
     props = torch.cuda.get_device_properties(0)
     run = {"sm_count": props.multi_processor_count, "triton": _version("triton")}
-    doc = document(rows, ceiling, run, results.machine(detail="compute_75 PTX, JIT"),
-                   results.current_series(ROOT))
+    doc = document(
+        rows,
+        ceiling,
+        run,
+        results.machine(detail="compute_75 PTX, JIT"),
+        results.current_series(ROOT),
+    )
     results.write(a.out, doc)
     return 0
 
 
-WHAT = ("Turing paged prefill attention (compute_75 PTX, JIT) vs TRITON_ATTN unified kernel; "
-        "figures of the GPU it ran on, not Turing figures")
+WHAT = (
+    "Turing paged prefill attention (compute_75 PTX, JIT) vs TRITON_ATTN unified kernel; "
+    "figures of the GPU it ran on, not Turing figures"
+)
 NAMES = {"no_split": "no split", "auto_split": "auto split", "triton_attn": "triton attn"}
 
 
 def figures(rows: list[dict], ceiling: dict) -> dict:
     """The ceiling, and per shape the median time of each variant and the
     automatic split's fraction of the ceiling."""
-    out = {"mma_m16n8k8_ceiling_tflops": results.figure(
-        ceiling["tflops"], "TFLOP/s", "mma.sync m16n8k8 ceiling measured in the same run",
-        "mma_m16n8k8_ceiling.tflops")}
+    out = {
+        "mma_m16n8k8_ceiling_tflops": results.figure(
+            ceiling["tflops"],
+            "TFLOP/s",
+            "mma.sync m16n8k8 ceiling measured in the same run",
+            "mma_m16n8k8_ceiling.tflops",
+        )
+    }
     for i, row in enumerate(rows):
         q, ctx = row["query_len"], row["context_len"]
         key = f"q{q}_ctx{ctx}"
         for v, name in NAMES.items():
             if v in row:
                 out[f"{key}.{v}_ms"] = results.figure(
-                    row[v]["median_ms"], "ms", f"{q} query tokens after {ctx:,} of context, "
-                    f"{name}, median (CUDA graphs)", f"rows[{i}].{v}.median_ms")
+                    row[v]["median_ms"],
+                    "ms",
+                    f"{q} query tokens after {ctx:,} of context, {name}, median (CUDA graphs)",
+                    f"rows[{i}].{v}.median_ms",
+                )
         out[f"{key}.auto_split_fraction_of_ceiling"] = results.figure(
-            row["auto_split"]["fraction_of_mma_ceiling"], "fraction",
+            row["auto_split"]["fraction_of_mma_ceiling"],
+            "fraction",
             f"{q} after {ctx:,}: automatic split, fraction of the mma.sync ceiling",
-            f"rows[{i}].auto_split.fraction_of_mma_ceiling")
+            f"rows[{i}].auto_split.fraction_of_mma_ceiling",
+        )
     return out
 
 
 def document(rows: list[dict], ceiling: dict, run: dict, machine: dict, series: dict) -> dict:
     """The results file (results/README.md) of one run."""
-    body = {"what": WHAT, **run,
-            "shape": {"num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD,
-                      "page_size": PAGE, "causal": True},
-            "timing": "CUDA graph replay, CUDA events, median of reps after warm-up",
-            "mma_m16n8k8_ceiling": ceiling, "rows": rows}
-    return results.document("bench", body, machine=machine, series=series,
-                            figures=figures(rows, ceiling))
+    body = {
+        "what": WHAT,
+        **run,
+        "shape": {
+            "num_heads": HEADS,
+            "num_kv_heads": KV_HEADS,
+            "head_dim": HEAD,
+            "page_size": PAGE,
+            "causal": True,
+        },
+        "timing": "CUDA graph replay, CUDA events, median of reps after warm-up",
+        "mma_m16n8k8_ceiling": ceiling,
+        "rows": rows,
+    }
+    return results.document(
+        "bench", body, machine=machine, series=series, figures=figures(rows, ceiling)
+    )
 
 
 def _version(mod: str) -> str | None:

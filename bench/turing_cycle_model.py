@@ -22,8 +22,7 @@ GROUP, KV_HEADS, ROWS, KEYS = 6, 2, 128, 32
 DRAM_BPS = 672e9
 
 # Per warp per tile, common path of the key loop (sm_75 SASS census).
-SASS = {"HMMA": 256, "all": 732, "LDSM": 64, "STS128": 8, "MUFU": 16, "F2F": 16,
-        "FP32": 62}
+SASS = {"HMMA": 256, "all": 732, "LDSM": 64, "STS128": 8, "MUFU": 16, "F2F": 16, "FP32": 62}
 WARPS_PER_SMSP = 2
 
 
@@ -37,9 +36,15 @@ def tile_cycles_bound() -> dict:
     # barrier, so the softmax's dependent chain (HMMA drain, max, 2 shuffles,
     # vote, exp2, cvt, first LDSM of P.V) and the barrier wait stay exposed.
     exposed = 300
-    return {"tensor": tensor, "issue": issue, "smem": smem, "mufu_f2f": mufu,
-            "fp32": fp32, "exposed_softmax_barrier": exposed,
-            "total": max(tensor, issue, smem) + exposed}
+    return {
+        "tensor": tensor,
+        "issue": issue,
+        "smem": smem,
+        "mufu_f2f": mufu,
+        "fp32": fp32,
+        "exposed_softmax_barrier": exposed,
+        "total": max(tensor, issue, smem) + exposed,
+    }
 
 
 def splits_for(ctas: int, slots: int) -> int:
@@ -74,11 +79,16 @@ def predict_ms(q: int, ctx: int, cycles_per_tile: float, splits: int | None) -> 
 
 
 SEED = {  # Quadro RTX 8000, the seed's measured kernel (ms): no split, auto
-    (2048, 32 * 1024): (13.1, None), (2048, 150 * 1024): (61.5, None),
-    (512, 150 * 1024): (20.0, None), (96, 150 * 1024): (19.8, None),
-    (64, 150 * 1024): (19.9, None), (1600, 30_000): (12.40, 9.71),
-    (1600, 100_000): (40.42, 31.75), (1600, 184_000): (75.59, 58.47),
-    (801, 100_000): (27.08, 17.14), (801, 184_000): (49.65, 32.07),
+    (2048, 32 * 1024): (13.1, None),
+    (2048, 150 * 1024): (61.5, None),
+    (512, 150 * 1024): (20.0, None),
+    (96, 150 * 1024): (19.8, None),
+    (64, 150 * 1024): (19.9, None),
+    (1600, 30_000): (12.40, 9.71),
+    (1600, 100_000): (40.42, 31.75),
+    (1600, 184_000): (75.59, 58.47),
+    (801, 100_000): (27.08, 17.14),
+    (801, 184_000): (49.65, 32.07),
     (1600, 1600): (1.28, 1.08),
 }
 
@@ -92,8 +102,9 @@ def main() -> None:
     models = {"A (bound + exposed softmax)": bound["total"]}
     if a.h200_bench:
         b = json.loads(Path(a.h200_bench).read_text())
-        row = next(r for r in b["rows"] if r["query_len"] == 2048
-                   and r["context_len"] == 150 * 1024)
+        row = next(
+            r for r in b["rows"] if r["query_len"] == 2048 and r["context_len"] == 150 * 1024
+        )
         frac = row["auto_split"]["fraction_of_mma_ceiling"]
         # H200: cycles per tile = tensor cycles / fraction; the non-tensor
         # remainder, carried over unchanged in cycles, is added to Turing's
@@ -102,8 +113,11 @@ def main() -> None:
         models["B (H200 remainder added)"] = bound["tensor"] + h200_tensor / frac - h200_tensor
         models["C (H200 fraction carried over)"] = bound["tensor"] / frac
     print("model cycles per tile:", {k: round(v) for k, v in models.items()})
-    hdr = "| shape | seed RTX 8000 (ms) | " + " | ".join(
-        f"model {k.split()[0]} no split / auto (ms)" for k in models) + " |"
+    hdr = (
+        "| shape | seed RTX 8000 (ms) | "
+        + " | ".join(f"model {k.split()[0]} no split / auto (ms)" for k in models)
+        + " |"
+    )
     print(hdr)
     print("|" + "---|" * (2 + len(models)))
     for (q, ctx), (seed_ns, seed_auto) in SEED.items():

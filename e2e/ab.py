@@ -53,20 +53,35 @@ MIN_MEDIAN_GAP = 0.01  # below it the logits are flat and greedy ids compare not
 COMM = re.compile(r"(?i)nccl|host_reduce|allreduce|all_reduce|reduce_scatter|all_gather")
 COPY = re.compile(r"(?i)^memcpy|^memset")
 P2P_OFF = "off (NCCL_P2P_DISABLE=1)"
-ROUTES = re.compile(r"(?i)(backend|all[-_ ]reduce|host reduce|host_reduce|overlap|turing|"
-                    r"prefill attention|p2p|peer|custom allreduce|cuda graph|capturing)")
-BASE_ENV = {"NCCL_P2P_DISABLE": "1", "VLLM_USE_V2_MODEL_RUNNER": "1",
-            "VLLM_USE_FLASHINFER_SAMPLER": "0", "PYTHONUNBUFFERED": "1",
-            "VLLM_LOGGING_LEVEL": "INFO"}
+ROUTES = re.compile(
+    r"(?i)(backend|all[-_ ]reduce|host reduce|host_reduce|overlap|turing|"
+    r"prefill attention|p2p|peer|custom allreduce|cuda graph|capturing)"
+)
+BASE_ENV = {
+    "NCCL_P2P_DISABLE": "1",
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "PYTHONUNBUFFERED": "1",
+    "VLLM_LOGGING_LEVEL": "INFO",
+}
 
 
 def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     env = {**os.environ, **BASE_ENV, **arm.get("env", {}), **(env_extra or {})}
     # The workers import their extension (e2e_worker.py) from here.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, str(HERE / "boot.py"), "--model", args.model,
-           "--arm", json.dumps(arm), "--prefill", args.prefill,
-           "--decode-tokens", str(args.decode_tokens)]
+    cmd = [
+        sys.executable,
+        str(HERE / "boot.py"),
+        "--model",
+        args.model,
+        "--arm",
+        json.dumps(arm),
+        "--prefill",
+        args.prefill,
+        "--decode-tokens",
+        str(args.decode_tokens),
+    ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     if label == "warm":
@@ -80,8 +95,9 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     log = Path(args.out).with_suffix(".boot.log")
     t = time.perf_counter()
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             returncode: int | str = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -90,8 +106,14 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
             proc.wait()
             returncode = "timeout"
     name = f"boot-{label}-{re.sub(r'[^A-Za-z0-9._-]', '_', arm['name'])}.log"
-    out = {"arm": arm["name"], "label": label, "wall_s": time.perf_counter() - t,
-           "returncode": returncode, "p2p": env.get("NCCL_P2P_DISABLE") != "1", "log": name}
+    out = {
+        "arm": arm["name"],
+        "label": label,
+        "wall_s": time.perf_counter() - t,
+        "returncode": returncode,
+        "p2p": env.get("NCCL_P2P_DISABLE") != "1",
+        "log": name,
+    }
     lines = log.read_text(errors="replace").splitlines()
     keep_log(log, name, Path(args.out))
     for line in lines:
@@ -106,9 +128,12 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
     out["route_lines"] = routes[:60]
     if returncode != 0 or "boot_s" not in out:
         out["error_tail"] = lines[-60:]
-    print(f"  -> rc {returncode}, wall {out['wall_s']:.0f} s, boot "
-          f"{out.get('boot_s', 0):.1f} s, prefill "
-          + ", ".join(f"{k} {v:.3f}" for k, v in out.get("prefill_s", {}).items()), flush=True)
+    print(
+        f"  -> rc {returncode}, wall {out['wall_s']:.0f} s, boot "
+        f"{out.get('boot_s', 0):.1f} s, prefill "
+        + ", ".join(f"{k} {v:.3f}" for k, v in out.get("prefill_s", {}).items()),
+        flush=True,
+    )
     if "error_tail" in out:
         print("\n".join("  | " + x for x in out["error_tail"][-25:]), flush=True)
     return out
@@ -146,14 +171,24 @@ def compare_greedy(boots: list[dict]) -> dict:
             i = first_difference(ids, b["greedy"].get(name, []))
             if i is not None:
                 gaps = ref.get("greedy_margin", {}).get(name) or []
-                diffs.append({"boot": b["label"], "arm": b["arm"], "prompt": name, "step": i,
-                              "reference_gap": gaps[i] if i < len(gaps) else None})
+                diffs.append(
+                    {
+                        "boot": b["label"],
+                        "arm": b["arm"],
+                        "prompt": name,
+                        "step": i,
+                        "reference_gap": gaps[i] if i < len(gaps) else None,
+                    }
+                )
     gaps = [g for m in ref.get("greedy_margin", {}).values() for g in (m or []) if g is not None]
-    return {"reference_boot": ref["label"], "identical_all_boots": not diffs,
-            "differences": diffs,
-            "smallest_reference_gap": min(gaps) if gaps else None,
-            "median_reference_gap": statistics.median(gaps) if gaps else None,
-            "reference_gaps": len(gaps)}
+    return {
+        "reference_boot": ref["label"],
+        "identical_all_boots": not diffs,
+        "differences": diffs,
+        "smallest_reference_gap": min(gaps) if gaps else None,
+        "median_reference_gap": statistics.median(gaps) if gaps else None,
+        "reference_gaps": len(gaps),
+    }
 
 
 def flat_logits(greedy: dict) -> str | None:
@@ -164,8 +199,10 @@ def flat_logits(greedy: dict) -> str | None:
     if median is None:
         return "no top-2 logit gaps recorded in the reference boot"
     if median < MIN_MEDIAN_GAP:
-        return (f"median top-2 logit gap {median:.2g} < {MIN_MEDIAN_GAP}: flat logits, the "
-                "greedy comparison says nothing (are the written weights loaded?)")
+        return (
+            f"median top-2 logit gap {median:.2g} < {MIN_MEDIAN_GAP}: flat logits, the "
+            "greedy comparison says nothing (are the written weights loaded?)"
+        )
     return None
 
 
@@ -180,11 +217,13 @@ def memory(mine: list[dict]) -> dict:
         return [r[key] for r in ranks if r.get(key) is not None]
 
     covered = [r["covered_by_profile"] for r in ranks if r.get("covered_by_profile") is not None]
-    return {"profile_activation_peak_mib": max(values("profile_activation_peak_mib"), default=None),
-            "runtime_activation_peak_mib": max(values("runtime_activation_peak_mib"), default=None),
-            "kv_cache_mib": min(values("kv_cache_mib"), default=None),
-            "weights_mib": max(values("weights_mib"), default=None),
-            "covered_by_profile": all(covered) if covered else None}
+    return {
+        "profile_activation_peak_mib": max(values("profile_activation_peak_mib"), default=None),
+        "runtime_activation_peak_mib": max(values("runtime_activation_peak_mib"), default=None),
+        "kv_cache_mib": min(values("kv_cache_mib"), default=None),
+        "weights_mib": max(values("weights_mib"), default=None),
+        "covered_by_profile": all(covered) if covered else None,
+    }
 
 
 def kernel_split(rows: list[dict]) -> dict:
@@ -192,8 +231,11 @@ def kernel_split(rows: list[dict]) -> dict:
     compute (everything else)."""
     comm = sum(r["us"] for r in rows if COMM.search(r["name"]))
     copy = sum(r["us"] for r in rows if COPY.search(r["name"]) and not COMM.search(r["name"]))
-    return {"comm_us": comm, "copy_us": copy,
-            "compute_us": sum(r["us"] for r in rows) - comm - copy}
+    return {
+        "comm_us": comm,
+        "copy_us": copy,
+        "compute_us": sum(r["us"] for r in rows) - comm - copy,
+    }
 
 
 def ideal_overlap(boots: list[dict], summary: dict, layers: int) -> dict:
@@ -201,8 +243,11 @@ def ideal_overlap(boots: list[dict], summary: dict, layers: int) -> dict:
     compute C and communication A (rank means); perfect overlap hides
     min(C, A) in every layer-chunk of the measured prompts; each arm's
     measured saving as the fraction of that it reached."""
-    prof = [b["profile"] for b in boots if isinstance(b.get("profile"), dict)
-            and b["profile"].get("ranks")]
+    prof = [
+        b["profile"]
+        for b in boots
+        if isinstance(b.get("profile"), dict) and b["profile"].get("ranks")
+    ]
     names = list(summary["arms"])
     if not prof or not names:
         return {}
@@ -214,18 +259,26 @@ def ideal_overlap(boots: list[dict], summary: dict, layers: int) -> dict:
     measured = [name for name, _ in models.PREFILL if name in ref["prefill_s"]]
     chunks = sum(models.chunks(length) for name, length in models.PREFILL if name in measured)
     saving_s = min(c, a) * layers * chunks / 1e3
-    out = {"profiled_tokens": prof[0]["tokens"], "profiled_boots": len(prof),
-           "compute_ms_per_layer_chunk": c, "comm_ms_per_layer_chunk": a,
-           "hideable_ms_per_layer_chunk": min(c, a), "layers": layers,
-           "chunks_in_measured_prompts": chunks, "ideal_saving_s": saving_s,
-           "ideal_change_pct": -100 * saving_s / ref["prefill_total_mean_s"],
-           "assumes": "every chunk of the measured prompts has the profiled chunk's per-layer "
-                      "compute and communication; attention grows with context, so deeper "
-                      "chunks have more compute to hide communication under"}
+    out = {
+        "profiled_tokens": prof[0]["tokens"],
+        "profiled_boots": len(prof),
+        "compute_ms_per_layer_chunk": c,
+        "comm_ms_per_layer_chunk": a,
+        "hideable_ms_per_layer_chunk": min(c, a),
+        "layers": layers,
+        "chunks_in_measured_prompts": chunks,
+        "ideal_saving_s": saving_s,
+        "ideal_change_pct": -100 * saving_s / ref["prefill_total_mean_s"],
+        "assumes": "every chunk of the measured prompts has the profiled chunk's per-layer "
+        "compute and communication; attention grows with context, so deeper "
+        "chunks have more compute to hide communication under",
+    }
     if saving_s > 0:
         out["fraction_reached"] = {
             other: (ref["prefill_total_mean_s"] - summary["arms"][other]["prefill_total_mean_s"])
-            / saving_s for other in names[1:]}
+            / saving_s
+            for other in names[1:]
+        }
     return out
 
 
@@ -242,8 +295,9 @@ def summarize(boots: list[dict], arms: list[dict], layers: int) -> dict:
             "prefill_s": {k: [b["prefill_s"][k] for b in mine] for k in mine[0]["prefill_s"]},
             "prefill_total_s": totals,
             "prefill_total_mean_s": statistics.mean(totals),
-            "decode_ms_per_step": {k: [b["decode"][k]["ms_per_step"] for b in mine]
-                                   for k in mine[0]["decode"]},
+            "decode_ms_per_step": {
+                k: [b["decode"][k]["ms_per_step"] for b in mine] for k in mine[0]["decode"]
+            },
             "peak_memory_mib": [b.get("peak_memory_mib") for b in mine],
             "memory": memory(mine),
         }
@@ -258,19 +312,24 @@ def summarize(boots: list[dict], arms: list[dict], layers: int) -> dict:
                 summary[f"decode_{k}_noise_floor_pct"] = 100 * spread / statistics.mean(v)
         for other in names[1:]:
             o = summary["arms"][other]
-            summary.setdefault("prefill_change_pct", {})[other] = (
-                100 * (o["prefill_total_mean_s"] / ref["prefill_total_mean_s"] - 1))
+            summary.setdefault("prefill_change_pct", {})[other] = 100 * (
+                o["prefill_total_mean_s"] / ref["prefill_total_mean_s"] - 1
+            )
             summary.setdefault("decode_change_pct", {})[other] = {
-                k: 100 * (statistics.mean(o["decode_ms_per_step"][k])
-                          / statistics.mean(v) - 1)
-                for k, v in ref["decode_ms_per_step"].items()}
+                k: 100 * (statistics.mean(o["decode_ms_per_step"][k]) / statistics.mean(v) - 1)
+                for k, v in ref["decode_ms_per_step"].items()
+            }
     ceiling = [b for b in boots if b["p2p"] and "prefill_s" in b]
     if ceiling:
-        summary["p2p_on"] = [{"arm": c["arm"], "prefill_total_s": sum(c["prefill_s"].values()),
-                              "prefill_s": c["prefill_s"],
-                              "decode_ms_per_step": {k: v["ms_per_step"]
-                                                     for k, v in c["decode"].items()}}
-                             for c in ceiling]
+        summary["p2p_on"] = [
+            {
+                "arm": c["arm"],
+                "prefill_total_s": sum(c["prefill_s"].values()),
+                "prefill_s": c["prefill_s"],
+                "decode_ms_per_step": {k: v["ms_per_step"] for k, v in c["decode"].items()},
+            }
+            for c in ceiling
+        ]
         if names:
             # How much of the no-P2P penalty (reference minus P2P on) an arm hides.
             top = statistics.mean(c["prefill_total_s"] for c in summary["p2p_on"])
@@ -278,18 +337,23 @@ def summarize(boots: list[dict], arms: list[dict], layers: int) -> dict:
             summary["p2p_on_prefill_total_mean_s"] = top
             if ref_s > top:
                 summary["penalty_hidden_pct"] = {
-                    other: 100 * (ref_s - summary["arms"][other]["prefill_total_mean_s"])
-                    / (ref_s - top) for other in names[1:]}
+                    other: 100
+                    * (ref_s - summary["arms"][other]["prefill_total_mean_s"])
+                    / (ref_s - top)
+                    for other in names[1:]
+                }
     summary["greedy"] = compare_greedy([b for b in boots if b["label"] != "warm"])
     summary["greedy"]["flat_logits"] = flat_logits(summary["greedy"])
-    if bound := ideal_overlap([b for b in counted if names and b["arm"] == names[0]],
-                              summary, layers):
+    if bound := ideal_overlap(
+        [b for b in counted if names and b["arm"] == names[0]], summary, layers
+    ):
         summary["ideal_overlap"] = bound
     return summary
 
 
-def boot_order(arms: list[dict], rounds: int, ceiling: bool,
-               warm: bool = True) -> list[tuple[dict, str]]:
+def boot_order(
+    arms: list[dict], rounds: int, ceiling: bool, warm: bool = True
+) -> list[tuple[dict, str]]:
     order = [(arms[0], "warm")] if warm else []
     for r in range(rounds):
         seq = arms if r % 2 == 0 else arms[::-1]
@@ -310,35 +374,74 @@ def figures(summary: dict) -> dict:
         if isinstance(node, int | float) and not isinstance(node, bool):
             out[key] = results.figure(node, unit, label, "summary." + ".".join(path))
 
-    add("noise_floor_pct", ["noise_floor_pct"], "%",
-        "prefill total, difference between the two reference boots")
-    add("p2p_on_prefill_total_mean_s", ["p2p_on_prefill_total_mean_s"], "s",
-        "prefill of all five prompts, P2P on (ceiling)")
-    add("greedy.median_reference_gap", ["greedy", "median_reference_gap"], "logit",
-        "median top-2 logit gap of the reference boot's greedy steps")
+    add(
+        "noise_floor_pct",
+        ["noise_floor_pct"],
+        "%",
+        "prefill total, difference between the two reference boots",
+    )
+    add(
+        "p2p_on_prefill_total_mean_s",
+        ["p2p_on_prefill_total_mean_s"],
+        "s",
+        "prefill of all five prompts, P2P on (ceiling)",
+    )
+    add(
+        "greedy.median_reference_gap",
+        ["greedy", "median_reference_gap"],
+        "logit",
+        "median top-2 logit gap of the reference boot's greedy steps",
+    )
     for arm in summary.get("arms", {}):
-        add(f"{arm}.prefill_total_mean_s", ["arms", arm, "prefill_total_mean_s"], "s",
-            f"{arm}: prefill of all five prompts, mean of the boots")
-        add(f"{arm}.prefill_change_pct", ["prefill_change_pct", arm], "%",
-            f"{arm}: prefill change against the reference")
-        add(f"{arm}.penalty_hidden_pct", ["penalty_hidden_pct", arm], "%",
-            f"{arm}: share of the no-P2P penalty (reference minus P2P on) hidden")
-        for key, what in (("profile_activation_peak_mib", "startup profile's activation peak"),
-                          ("runtime_activation_peak_mib", "measured prompts' activation peak"),
-                          ("kv_cache_mib", "KV cache")):
-            add(f"{arm}.{key}", ["arms", arm, "memory", key], "MiB",
-                f"{arm}: {what} per GPU (highest rank and boot; KV cache: lowest)")
-        add(f"{arm}.ideal_overlap_fraction_reached", ["ideal_overlap", "fraction_reached", arm],
-            "fraction", f"{arm}: measured prefill saving over the ideal-overlap bound")
-    add("ideal_overlap.ideal_change_pct", ["ideal_overlap", "ideal_change_pct"], "%",
-        "ideal-overlap bound: prefill change if every layer-chunk hid min(compute, comm)")
+        add(
+            f"{arm}.prefill_total_mean_s",
+            ["arms", arm, "prefill_total_mean_s"],
+            "s",
+            f"{arm}: prefill of all five prompts, mean of the boots",
+        )
+        add(
+            f"{arm}.prefill_change_pct",
+            ["prefill_change_pct", arm],
+            "%",
+            f"{arm}: prefill change against the reference",
+        )
+        add(
+            f"{arm}.penalty_hidden_pct",
+            ["penalty_hidden_pct", arm],
+            "%",
+            f"{arm}: share of the no-P2P penalty (reference minus P2P on) hidden",
+        )
+        for key, what in (
+            ("profile_activation_peak_mib", "startup profile's activation peak"),
+            ("runtime_activation_peak_mib", "measured prompts' activation peak"),
+            ("kv_cache_mib", "KV cache"),
+        ):
+            add(
+                f"{arm}.{key}",
+                ["arms", arm, "memory", key],
+                "MiB",
+                f"{arm}: {what} per GPU (highest rank and boot; KV cache: lowest)",
+            )
+        add(
+            f"{arm}.ideal_overlap_fraction_reached",
+            ["ideal_overlap", "fraction_reached", arm],
+            "fraction",
+            f"{arm}: measured prefill saving over the ideal-overlap bound",
+        )
+    add(
+        "ideal_overlap.ideal_change_pct",
+        ["ideal_overlap", "ideal_change_pct"],
+        "%",
+        "ideal-overlap bound: prefill change if every layer-chunk hid min(compute, comm)",
+    )
     return out
 
 
 def document(body: dict, machine: dict, series: dict, date: str | None = None) -> dict:
     """The results file: the schema header (results/README.md), then the run."""
-    return results.document("e2e", body, machine=machine, series=series,
-                            figures=figures(body["summary"]), date=date)
+    return results.document(
+        "e2e", body, machine=machine, series=series, figures=figures(body["summary"]), date=date
+    )
 
 
 def header_of(runs: list[dict]) -> tuple[dict, dict, str]:
@@ -347,12 +450,14 @@ def header_of(runs: list[dict]) -> tuple[dict, dict, str]:
     if all(r.get("schema") == results.SCHEMA for r in runs):
         commits = {r["series"].get("commit") for r in runs}
         if len(commits) > 1:
-            raise SystemExit("error: the runs are of different series: "
-                             + ", ".join(sorted(map(str, commits))))
+            raise SystemExit(
+                "error: the runs are of different series: " + ", ".join(sorted(map(str, commits)))
+            )
         return runs[0]["machine"], runs[0]["series"], runs[0]["date"]
     env = runs[0].get("env", {})
-    machine = results.machine_block(env.get("gpus") or [], env.get("driver"), env.get("torch"),
-                                    env.get("cuda"), P2P_OFF)
+    machine = results.machine_block(
+        env.get("gpus") or [], env.get("driver"), env.get("torch"), env.get("cuda"), P2P_OFF
+    )
     date = runs[0]["date"].replace(" ", "T") + "Z"  # "2026-11-30 15:11", UTC
     return machine, results.unrecorded("written before the harness recorded its series"), date
 
@@ -367,12 +472,17 @@ def merge(files: list[str], out: Path) -> dict:
         arms += [a for a in run["arms"] if a["name"] not in {x["name"] for x in arms}]
         boots += [dict(b, run=Path(files[i]).name) for b in run["boots"]]
     layers = runs[0]["layers"] or models.LAYERS[runs[0]["model"]]
-    body = {"merged_from": [Path(f).name for f in files], "model": runs[0]["model"],
-            "layers": runs[0]["layers"], "arms": arms, "boots": boots,
-            "env": runs[0]["env"],
-            "dates": [r["date"] for r in runs],
-            "order": [o for r in runs for o in r["order"]],
-            "summary": summarize(boots, arms, layers)}
+    body = {
+        "merged_from": [Path(f).name for f in files],
+        "model": runs[0]["model"],
+        "layers": runs[0]["layers"],
+        "arms": arms,
+        "boots": boots,
+        "env": runs[0]["env"],
+        "dates": [r["date"] for r in runs],
+        "order": [o for r in runs for o in r["order"]],
+        "summary": summarize(boots, arms, layers),
+    }
     data = document(body, *header_of(runs))
     results.write(out, data)
     print(json.dumps(data["summary"], indent=2))
@@ -389,13 +499,17 @@ def write_weights(args) -> dict:
     line = next((x for x in proc.stdout.splitlines() if x.startswith("WEIGHTS ")), None)
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"error: writing the weights failed:\n{proc.stdout}{proc.stderr}")
-    return json.loads(line[len("WEIGHTS "):])
+    return json.loads(line[len("WEIGHTS ") :])
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--merge", nargs="+", metavar="RUN_JSON",
-                   help="summarize the boots of these runs together (no boots)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="RUN_JSON",
+        help="summarize the boots of these runs together (no boots)",
+    )
     p.add_argument("--arms", nargs="+")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="seed")
@@ -404,12 +518,22 @@ def main() -> int:
     p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ceiling", action="store_true")
-    p.add_argument("--no-warm", action="store_true",
-                   help="skip the warm boot (the kernel caches on disk are already filled)")
-    p.add_argument("--profile-tokens", type=int, default=models.CHUNK,
-                   help="tokens of the prompt each reference boot profiles (0: none)")
-    p.add_argument("--profile-arm", default="reference",
-                   help="the arm whose boots profile that prompt (default: reference)")
+    p.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="skip the warm boot (the kernel caches on disk are already filled)",
+    )
+    p.add_argument(
+        "--profile-tokens",
+        type=int,
+        default=models.CHUNK,
+        help="tokens of the prompt each reference boot profiles (0: none)",
+    )
+    p.add_argument(
+        "--profile-arm",
+        default="reference",
+        help="the arm whose boots profile that prompt (default: reference)",
+    )
     p.add_argument("--timeout", type=int, default=400)
     args = p.parse_args()
     if args.merge:
@@ -425,9 +549,15 @@ def main() -> int:
     layers = args.layers or models.LAYERS[args.model]
     order = boot_order(arms, args.rounds, args.ceiling, not args.no_warm)
     boots: list[dict] = []
-    body = {"model": args.model, "layers": args.layers, "arms": arms,
-            "order": [f"{label}:{a['name']}" for a, label in order], "boots": boots,
-            "env": machine(), "weights": write_weights(args)}
+    body = {
+        "model": args.model,
+        "layers": args.layers,
+        "arms": arms,
+        "order": [f"{label}:{a['name']}" for a, label in order],
+        "boots": boots,
+        "env": machine(),
+        "weights": write_weights(args),
+    }
     head = (results.machine(p2p=P2P_OFF), results.current_series(HERE.parent), results.now())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -437,8 +567,7 @@ def main() -> int:
         try:
             boots.append(boot(arm, args, label, extra))
         except Exception as e:  # noqa: BLE001 - recorded; the boots so far are kept
-            boots.append({"arm": arm["name"], "label": label, "p2p": bool(extra),
-                          "error": repr(e)})
+            boots.append({"arm": arm["name"], "label": label, "p2p": bool(extra), "error": repr(e)})
         body["summary"] = summarize(boots, arms, layers)
         results.write(out, document(body, *head))
     print(json.dumps(body["summary"], indent=2))
@@ -457,14 +586,20 @@ def machine() -> dict:
     info = {}
     try:
         import torch
-        info = {"torch": torch.__version__, "gpus": [torch.cuda.get_device_name(i)
-                for i in range(torch.cuda.device_count())],
-                "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+
+        info = {
+            "torch": torch.__version__,
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        }
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
         info["error"] = repr(e)
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True).stdout
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout
         info["driver"] = smi.strip().splitlines()[0] if smi.strip() else None
     except OSError as e:
         info["driver"] = repr(e)

@@ -39,9 +39,15 @@ class PeakMemory(threading.Thread):
         while not self.stop.is_set():
             try:
                 out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=index,memory.used",
-                     "--format=csv,noheader,nounits"],
-                    capture_output=True, text=True, timeout=10).stdout
+                    [
+                        "nvidia-smi",
+                        "--query-gpu=index,memory.used",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
                 for line in out.strip().splitlines():
                     i, used = (int(x) for x in line.split(","))
                     self.peak[i] = max(self.peak.get(i, 0), used)
@@ -81,25 +87,42 @@ def main() -> None:
 
     t0 = time.perf_counter()
     llm = LLM(
-        model=str(model), load_format="safetensors", skip_tokenizer_init=True,
-        tensor_parallel_size=2, dtype="float16", gpu_memory_utilization=0.6,
-        max_model_len=131072, max_num_batched_tokens=2048, enable_prefix_caching=False,
-        disable_custom_all_reduce=True, attention_backend="TRITON_ATTN", seed=0,
-        compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
-                            "cudagraph_capture_sizes": [1, 2, 4, 8],
-                            **arm.get("compilation_config", {})},
+        model=str(model),
+        load_format="safetensors",
+        skip_tokenizer_init=True,
+        tensor_parallel_size=2,
+        dtype="float16",
+        gpu_memory_utilization=0.6,
+        max_model_len=131072,
+        max_num_batched_tokens=2048,
+        enable_prefix_caching=False,
+        disable_custom_all_reduce=True,
+        attention_backend="TRITON_ATTN",
+        seed=0,
+        compilation_config={
+            "mode": 0,
+            "cudagraph_mode": "FULL_DECODE_ONLY",
+            "cudagraph_capture_sizes": [1, 2, 4, 8],
+            **arm.get("compilation_config", {}),
+        },
         kernel_config=arm.get("kernel_config") or {},
         attention_config=arm.get("attention_config") or {},
         worker_extension_cls="e2e_worker.HarnessWorker",
     )
-    result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {},
-              "greedy_margin": {}, "decode": {},
-              "weights": json.loads((model / "weights.json").read_text()),
-              "weight_scale": record(llm, "weight_scale")}
+    result = {
+        "boot_s": time.perf_counter() - t0,
+        "prefill_s": {},
+        "greedy": {},
+        "greedy_margin": {},
+        "decode": {},
+        "weights": json.loads((model / "weights.json").read_text()),
+        "weight_scale": record(llm, "weight_scale"),
+    }
 
     def gen(ids, n, logprobs=None):
-        sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True,
-                            logprobs=logprobs)
+        sp = SamplingParams(
+            max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True, logprobs=logprobs
+        )
         t = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
         return time.perf_counter() - t, out[0].outputs[0]
@@ -137,8 +160,11 @@ def main() -> None:
         t1, _ = gen(models.prompt(length, 200), 1)
         tn, _ = gen(models.prompt(length, 300), n)  # another prompt: nothing cached
         step = (tn - t1) / (n - 1)
-        result["decode"][label] = {"context": length, "ms_per_step": step * 1e3,
-                                   "tokens_per_s": 1.0 / step}
+        result["decode"][label] = {
+            "context": length,
+            "ms_per_step": step * 1e3,
+            "tokens_per_s": 1.0 / step,
+        }
     mem.stop.set()
     mem.join()
     result["peak_memory_mib"] = mem.peak

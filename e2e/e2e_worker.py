@@ -24,10 +24,13 @@ class HarnessWorker:
         params = dict(self.model_runner.model.named_parameters())  # type: ignore[attr-defined]
         lm_head = params.get("lm_head.weight")
         norms = [p for n, p in params.items() if n.endswith("norm.weight")]
-        return {"parameters": len(params),
-                "lm_head_std": None if lm_head is None else float(lm_head.float().std()),
-                "norm_mean": (float(torch.stack([p.float().mean() for p in norms]).mean())
-                              if norms else None)}
+        return {
+            "parameters": len(params),
+            "lm_head_std": None if lm_head is None else float(lm_head.float().std()),
+            "norm_mean": (
+                float(torch.stack([p.float().mean() for p in norms]).mean()) if norms else None
+            ),
+        }
 
     def reset_peak_memory(self) -> int:
         torch.accelerator.synchronize()
@@ -46,13 +49,15 @@ class HarnessWorker:
             return None if value is None else float(value) / MIB
 
         profile = mib("peak_activation_memory")
-        return {"profile_activation_peak_mib": profile,
-                "profile_non_torch_mib": mib("non_torch_memory"),
-                "kv_cache_mib": mib("available_kv_cache_memory_bytes"),
-                "weights_mib": mib("model_memory_usage", self.model_runner),  # type: ignore[attr-defined]
-                "runtime_activation_peak_mib": runtime,
-                "runtime_peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB,
-                "covered_by_profile": None if profile is None else runtime <= profile}
+        return {
+            "profile_activation_peak_mib": profile,
+            "profile_non_torch_mib": mib("non_torch_memory"),
+            "kv_cache_mib": mib("available_kv_cache_memory_bytes"),
+            "weights_mib": mib("model_memory_usage", self.model_runner),  # type: ignore[attr-defined]
+            "runtime_activation_peak_mib": runtime,
+            "runtime_peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB,
+            "covered_by_profile": None if profile is None else runtime <= profile,
+        }
 
     def profile_start(self) -> None:
         from torch.profiler import ProfilerActivity, profile

@@ -25,12 +25,23 @@ from pathlib import Path
 ROOT = Path("/tmp/e2e-models")
 TRAINED_STD = 0.02
 SEED = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
-    "intermediate_size": 17408, "num_attention_heads": 24, "num_key_value_heads": 4,
-    "head_dim": 256, "vocab_size": 32000, "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "torch_dtype": "float16",
-    "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
-    "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 5120,
+    "intermediate_size": 17408,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "vocab_size": 32000,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "torch_dtype": "float16",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 LAYERS = {"seed": 16, "small": 4}
 CHUNK = 2048  # the harness's max_num_batched_tokens
@@ -58,19 +69,28 @@ def shapes(cfg: dict) -> dict[str, dict[str, tuple[int, ...]]]:
     (one shard per layer, one for the rest)."""
     h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     hd, nq, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    out = {"rest.safetensors": {"model.embed_tokens.weight": (vocab, h),
-                                "model.norm.weight": (h,), "lm_head.weight": (vocab, h)}}
+    out = {
+        "rest.safetensors": {
+            "model.embed_tokens.weight": (vocab, h),
+            "model.norm.weight": (h,),
+            "lm_head.weight": (vocab, h),
+        }
+    }
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         out[f"layer-{i:03d}.safetensors"] = {
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
             p + "self_attn.q_proj.weight": (nq * hd, h),
             p + "self_attn.k_proj.weight": (nkv * hd, h),
             p + "self_attn.v_proj.weight": (nkv * hd, h),
             p + "self_attn.o_proj.weight": (h, nq * hd),
-            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter)}
+            p + "self_attn.q_norm.weight": (hd,),
+            p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (inter, h),
+            p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        }
     return out
 
 
@@ -80,8 +100,13 @@ def is_norm(name: str) -> bool:
 
 def spec(cfg: dict, std: float) -> dict:
     """What the written weights are; a folder whose record differs is rewritten."""
-    return {"std": std, "norms": 1.0, "dtype": "float16", "seeded_by": "crc32 of the name",
-            "config": cfg}
+    return {
+        "std": std,
+        "norms": 1.0,
+        "dtype": "float16",
+        "seeded_by": "crc32 of the name",
+        "config": cfg,
+    }
 
 
 def tensor(name: str, shape: tuple[int, ...], std: float, device: str):
@@ -95,8 +120,7 @@ def tensor(name: str, shape: tuple[int, ...], std: float, device: str):
     return t.normal_(0.0, std, generator=gen).to(torch.float16).cpu()
 
 
-def write_weights(d: Path, std: float = TRAINED_STD, device: str | None = None,
-                  log=print) -> dict:
+def write_weights(d: Path, std: float = TRAINED_STD, device: str | None = None, log=print) -> dict:
     """Write the checkpoint of ``d``'s config.json once; return its record
     (weights.json: what was written, the std measured on lm_head)."""
     import torch
@@ -117,13 +141,20 @@ def write_weights(d: Path, std: float = TRAINED_STD, device: str | None = None,
         total += sum(t.numel() * t.element_size() for t in data.values())
         if shard == "rest.safetensors":
             lm_std = float(data["lm_head.weight"].float().std())
-    (d / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    record = {"spec": want, "bytes": total, "lm_head_std": lm_std,
-              "seconds": time.perf_counter() - start}
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+    )
+    record = {
+        "spec": want,
+        "bytes": total,
+        "lm_head_std": lm_std,
+        "seconds": time.perf_counter() - start,
+    }
     marker.write_text(json.dumps(record, indent=2, sort_keys=True))
-    log(f"weights: {d} ({total / 2**30:.1f} GiB, {record['seconds']:.0f} s, "
-        f"lm_head std {lm_std:.4f})")
+    log(
+        f"weights: {d} ({total / 2**30:.1f} GiB, {record['seconds']:.0f} s, "
+        f"lm_head std {lm_std:.4f})"
+    )
     return record
 
 
@@ -137,8 +168,7 @@ def chunks(length: int) -> int:
 
 
 # (name, length) of the prefill prompts: four of about 29k tokens, one of 100k.
-PREFILL = [("29k-a", 29167), ("29k-b", 29201), ("29k-c", 29243), ("29k-d", 29188),
-           ("100k", 100000)]
+PREFILL = [("29k-a", 29167), ("29k-b", 29201), ("29k-c", 29243), ("29k-d", 29188), ("100k", 100000)]
 # (name, length) of the greedy prompts: short ones, and two long enough that
 # their 2048-token chunks are prefill batches an overlap arm splits.
 GREEDY = [("g18", 18), ("g52", 52), ("g3000", 3000), ("g5000", 5000)]

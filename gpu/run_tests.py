@@ -43,11 +43,15 @@ def main(argv: list[str]) -> int:
     logs = Path("/tmp/test-logs")
     shutil.rmtree(logs, ignore_errors=True)
     ran = chosen or files
-    rc = runner.coverage_rc(Path("/tmp/coverage-data")) if os.environ.get("COVERAGE") == "1" \
+    rc = (
+        runner.coverage_rc(Path("/tmp/coverage-data"))
+        if os.environ.get("COVERAGE") == "1"
         else None
+    )
     outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc)
-    runner.write_results(dest, outcomes, results.series_from_stamps(tree),
-                         {"commands": commands(ran, select)})
+    runner.write_results(
+        dest, outcomes, results.series_from_stamps(tree), {"commands": commands(ran, select)}
+    )
     if rc:
         report = dest.parent / f"coverage-{runner.machine_slug()}.json"
         runner.coverage_report(tree, rc, report, results.series_from_stamps(tree))

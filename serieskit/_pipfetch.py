@@ -52,13 +52,18 @@ def list_releases(name: str, specifier: str) -> int:
     cmd, options = _finder_and_session()
     with cmd.main_context():
         session = cmd.get_default_session(options)
-        finder = cmd._build_package_finder(options=options, session=session,
-                                           ignore_requires_python=True)
+        finder = cmd._build_package_finder(
+            options=options, session=session, ignore_requires_python=True
+        )
         wanted = SpecifierSet(specifier)
-        found = {c.version for c in finder.find_all_candidates(name)
-                 if c.link.filename.endswith(".tar.gz") and c.version in wanted}
-        if not found and (reason := _unreachable(session, finder.search_scope.index_urls,
-                                                 name, options)):
+        found = {
+            c.version
+            for c in finder.find_all_candidates(name)
+            if c.link.filename.endswith(".tar.gz") and c.version in wanted
+        }
+        if not found and (
+            reason := _unreachable(session, finder.search_scope.index_urls, name, options)
+        ):
             print(reason, file=sys.stderr)
             return UNREACHABLE
     print(json.dumps([str(v) for v in sorted(found)]))
@@ -77,10 +82,7 @@ def main(argv: list[str]) -> int:
         finder = cmd._build_package_finder(
             options=options, session=session, ignore_requires_python=True
         )
-        found = [
-            c.link for c in finder.find_all_candidates(name)
-            if c.link.filename == filename
-        ]
+        found = [c.link for c in finder.find_all_candidates(name) if c.link.filename == filename]
         if not found:
             # pip's finder reads an unreachable index as an empty one: ask it once
             # more directly, so that an outage does not look like a missing release.
@@ -91,8 +93,10 @@ def main(argv: list[str]) -> int:
             print(f"{filename} is not on the package index", file=sys.stderr)
             return NOT_FOUND
         link = found[0]
-        info = {"url": link.url_without_fragment,
-                "sha256": link.hash if link.hash_name == "sha256" else None}
+        info = {
+            "url": link.url_without_fragment,
+            "sha256": link.hash if link.hash_name == "sha256" else None,
+        }
         try:
             resp = session.get(link.url_without_fragment, stream=True, timeout=60)
             resp.raise_for_status()
@@ -112,8 +116,11 @@ def main(argv: list[str]) -> int:
                     if pct // 10 != shown:
                         shown = pct // 10
                         rate = done / max(time.monotonic() - start, 1e-3) / 1e6
-                        print(f"  {done / 1e6:6.1f} MB  {pct:3d}%  {rate:.1f} MB/s",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"  {done / 1e6:6.1f} MB  {pct:3d}%  {rate:.1f} MB/s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         except Exception as e:  # noqa: BLE001 - reported as one line
             print(f"download of {filename} failed: {e}", file=sys.stderr)
             return 1

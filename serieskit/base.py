@@ -84,8 +84,9 @@ def _release_fields(path: Path, where: str, table: dict) -> tuple[str, str, str 
     """version, sha256 and commit of a [base] or [[port]] table, checked."""
     version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
     if not isinstance(version, str) or not _VERSION.match(version):
-        raise ToolkitError(f"{path}: {where}.version must be a release string such as "
-                           f'"0.26.0", not {version!r}')
+        raise ToolkitError(
+            f'{path}: {where}.version must be a release string such as "0.26.0", not {version!r}'
+        )
     if not isinstance(sha256, str) or not _SHA256.match(sha256):
         raise ToolkitError(f"{path}: {where}.sha256 must be 64 hex digits, not {sha256!r}")
     if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
@@ -115,24 +116,30 @@ def read_ports(root: Path) -> list[Port]:
     for i, table in enumerate(tables, 1):
         where = f"port {i}"
         if unknown := sorted(set(table) - set(PORT_KEYS)):
-            raise ToolkitError(f"{path}: {where} has unknown key(s) {', '.join(unknown)} "
-                               f"(known: {', '.join(PORT_KEYS)})")
+            raise ToolkitError(
+                f"{path}: {where} has unknown key(s) {', '.join(unknown)} "
+                f"(known: {', '.join(PORT_KEYS)})"
+            )
         version, sha256, commit = _release_fields(path, where, table)
         where = f"port {version}"
         if version == pin.version:
-            raise ToolkitError(f"{path}: {where} is the pin's own release: a port is the "
-                               "series on another one")
+            raise ToolkitError(
+                f"{path}: {where} is the pin's own release: a port is the series on another one"
+            )
         if any(p.version == version for p in ports):
             raise ToolkitError(f"{path}: two [[port]] tables for vLLM {version}")
         folder = table.get("patches")
         parts = Path(folder).parts if isinstance(folder, str) else ()
         if not parts or parts[0] in ("/", "patches", ".work") or ".." in parts:
-            raise ToolkitError(f"{path}: {where}.patches must be a folder inside the toolkit "
-                               f'of its own, such as "ports/{version}", not {folder!r}')
+            raise ToolkitError(
+                f"{path}: {where}.patches must be a folder inside the toolkit "
+                f'of its own, such as "ports/{version}", not {folder!r}'
+            )
         torch = table.get("torch")
         if torch is not None and (not isinstance(torch, str) or not _VERSION.match(torch)):
-            raise ToolkitError(f"{path}: {where}.torch must be a torch release such as "
-                               f'"2.14.1", not {torch!r}')
+            raise ToolkitError(
+                f'{path}: {where}.torch must be a torch release such as "2.14.1", not {torch!r}'
+            )
         ports.append(Port(version, sha256, commit, Path(folder).as_posix(), torch))
     return ports
 
@@ -148,20 +155,20 @@ def write_pin(root: Path, pin: Pin) -> None:
         "[base]\n"
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
-        f'commit = "{pin.commit or ""}"\n'
-        + "".join(_port_table(p) for p in ports)
+        f'commit = "{pin.commit or ""}"\n' + "".join(_port_table(p) for p in ports)
     )
 
 
 def _port_table(port: Port) -> str:
-    return ("\n# A port of the series to another release, kept beside the pin\n"
-            "# (README: Ports): its base as above, and its patch folder.\n"
-            "[[port]]\n"
-            f'version = "{port.version}"\n'
-            f'sha256 = "{port.sha256}"\n'
-            f'commit = "{port.commit or ""}"\n'
-            f'patches = "{port.patches}"\n'
-            + (f'torch = "{port.torch}"\n' if port.torch else ""))
+    return (
+        "\n# A port of the series to another release, kept beside the pin\n"
+        "# (README: Ports): its base as above, and its patch folder.\n"
+        "[[port]]\n"
+        f'version = "{port.version}"\n'
+        f'sha256 = "{port.sha256}"\n'
+        f'commit = "{port.commit or ""}"\n'
+        f'patches = "{port.patches}"\n' + (f'torch = "{port.torch}"\n' if port.torch else "")
+    )
 
 
 def add_port(root: Path, port: Port) -> None:
@@ -198,8 +205,7 @@ def fetch_sdist(version: str, sha256: str | None = None, log=print) -> tuple[Pat
     return fetch(f"{PACKAGE}-{version}.tar.gz", version, sha256, log=log)
 
 
-def fetch(name: str, version: str, sha256: str | None = None,
-          log=print) -> tuple[Path, str]:
+def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tuple[Path, str]:
     """Return the cached file ``name`` of vLLM ``version`` and its sha256,
     downloading it once.
 
@@ -211,9 +217,11 @@ def fetch(name: str, version: str, sha256: str | None = None,
     if cached is not None:
         if cached == (sha256 or _read_sidecar(path)):
             return path, cached
-        log(f"base: the cached {name} ({cached[:16]}...) does not match "
+        log(
+            f"base: the cached {name} ({cached[:16]}...) does not match "
             f"{'the pin' if sha256 else 'its record'}; downloading it again to compare "
-            "(the cached file stays until a verified one replaces it)")
+            "(the cached file stays until a verified one replaces it)"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")
     try:
@@ -225,9 +233,10 @@ def fetch(name: str, version: str, sha256: str | None = None,
         if digest != expected:
             what = "the pin" if sha256 else "the package index"
             same = " (the cached file too)" if cached == digest else ""
-            raise ToolkitError(f"sha256 mismatch for {name}: {what} says {expected}, the "
-                               f"index serves {digest}{same}"
-                               + (": is pin.toml right?" if sha256 else ""))
+            raise ToolkitError(
+                f"sha256 mismatch for {name}: {what} says {expected}, the "
+                f"index serves {digest}{same}" + (": is pin.toml right?" if sha256 else "")
+            )
     except ToolkitError:
         part.unlink(missing_ok=True)  # a failed download; the cached file is untouched
         raise
@@ -256,16 +265,20 @@ def _download(name: str, version: str, dest: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=pkg_root)
     proc = subprocess.run(
         [_pip_python(), "-m", "serieskit._pipfetch", PACKAGE, version, name, str(dest)],
-        stdout=subprocess.PIPE, stderr=None if _progress_wanted() else subprocess.PIPE,
-        env=env, text=True,
+        stdout=subprocess.PIPE,
+        stderr=None if _progress_wanted() else subprocess.PIPE,
+        env=env,
+        text=True,
     )
     if proc.returncode == pipfetch.NOT_FOUND:
         raise ToolkitError(
             f"vLLM {version} has no source distribution ({name}) on pip's configured index"
         )
     if proc.returncode == pipfetch.UNREACHABLE:
-        raise ToolkitError(f"cannot reach pip's package index to fetch {name}: "
-                           f"{last_line(proc.stderr, 'see the lines above')}")
+        raise ToolkitError(
+            f"cannot reach pip's package index to fetch {name}: "
+            f"{last_line(proc.stderr, 'see the lines above')}"
+        )
     if proc.returncode != 0:
         raise failed(f"download of {name}", proc)
     return json.loads(last_line(proc.stdout, "{}"))
@@ -354,8 +367,9 @@ def recorded_sha256(repo: Path, commit: str) -> str | None:
     return m.group(1) if m else None
 
 
-def ensure_base(repo: Path, version: str, sha256: str | None,
-                commit: str | None = None, log=print) -> tuple[str, str]:
+def ensure_base(
+    repo: Path, version: str, sha256: str | None, commit: str | None = None, log=print
+) -> tuple[str, str]:
     """Make sure ``repo`` holds the base commit of ``version``; return (id, sha256).
 
     Checked every time: the sha256 the base was made from must be the pin's
@@ -371,8 +385,10 @@ def ensure_base(repo: Path, version: str, sha256: str | None,
                 f"was made from an sdist with sha256 {made_from}: check pin.toml"
             )
         if commit and have != commit:
-            raise ToolkitError(f"the base commit of vLLM {version} in {repo} is {have[:12]}, "
-                               f"the pin says {commit[:12]}: check pin.toml")
+            raise ToolkitError(
+                f"the base commit of vLLM {version} in {repo} is {have[:12]}, "
+                f"the pin says {commit[:12]}: check pin.toml"
+            )
         return have, made_from
     sdist, digest = fetch_sdist(version, sha256, log=log)
     made = import_sdist(repo, sdist, version, digest, log=log)

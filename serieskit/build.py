@@ -96,9 +96,7 @@ def gencode_flags(archs: tuple[str, ...], ptx: bool) -> list[str]:
 
 
 _FUNC = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
-_PROPS = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:.*?, (\d+) bytes smem)?")
 
 
@@ -121,21 +119,39 @@ def parse_ptxas(text: str) -> list[Usage]:
 
 
 def compile_kernel(
-    nvcc: str, tree: Path, kernel: Kernel, archs: tuple[str, ...], ptx: bool,
-    out: Path, extra: list[str] | None = None,
+    nvcc: str,
+    tree: Path,
+    kernel: Kernel,
+    archs: tuple[str, ...],
+    ptx: bool,
+    out: Path,
+    extra: list[str] | None = None,
 ) -> tuple[Path, list[Usage]]:
     """Compile one ``.cu`` to a relocatable object; return it and its usage."""
     obj = out / (Path(kernel.source).stem + ".o")
     cmd = [
-        nvcc, "-c", str(tree / kernel.source), "-o", str(obj),
-        "-O3", "-std=c++17", "-lineinfo", "-Xcompiler", "-fPIC",
-        "--expt-relaxed-constexpr", "-Xptxas", "-v",
-        *gencode_flags(archs, ptx), *(extra or []),
+        nvcc,
+        "-c",
+        str(tree / kernel.source),
+        "-o",
+        str(obj),
+        "-O3",
+        "-std=c++17",
+        "-lineinfo",
+        "-Xcompiler",
+        "-fPIC",
+        "--expt-relaxed-constexpr",
+        "-Xptxas",
+        "-v",
+        *gencode_flags(archs, ptx),
+        *(extra or []),
     ]
     proc = _run(cmd, check=False)
     if proc.returncode != 0:
-        raise ToolkitError(f"nvcc failed on {kernel.source} for sm_{'/sm_'.join(archs)}:\n"
-                           + _indent(proc.stdout + proc.stderr))
+        raise ToolkitError(
+            f"nvcc failed on {kernel.source} for sm_{'/sm_'.join(archs)}:\n"
+            + _indent(proc.stdout + proc.stderr)
+        )
     return obj, parse_ptxas(proc.stdout + proc.stderr)
 
 
@@ -157,11 +173,25 @@ def cuda12_toolchain(log=print) -> tuple[Path, Path]:
     include = site / "nvidia" / "cuda_runtime" / "include"
     stamp = env / "installed.txt"
     if not lib.exists() or not stamp.exists() or stamp.read_text() != "\n".join(CUDA12):
-        log(f"build: installing a CUDA 12 compiler ({', '.join(CUDA12)}) from PyPI "
-            f"into {env} (once)")
+        log(
+            f"build: installing a CUDA 12 compiler ({', '.join(CUDA12)}) from PyPI "
+            f"into {env} (once)"
+        )
         shutil.rmtree(env, ignore_errors=True)
-        proc = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                     "--target", str(site), *CUDA12], check=False)
+        proc = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(site),
+                *CUDA12,
+            ],
+            check=False,
+        )
         if proc.returncode != 0 or not lib.exists():
             raise failed("build: installing the CUDA 12 compiler", proc)
         stamp.write_text("\n".join(CUDA12))
@@ -192,9 +222,15 @@ def compile_kernel_nvrtc(
     names = (ctypes.c_char_p * 1)(b"sm7x_rtc_prelude.h")
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src, kernel.source.encode(), 1, headers, names):
         raise ToolkitError(f"NVRTC could not take {kernel.source}")
-    opts = [f"-arch=sm_{arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v",
-            "--pre-include=sm7x_rtc_prelude.h",
-            f"-I{include}", f"-I{(tree / kernel.source).parent}"]
+    opts = [
+        f"-arch=sm_{arch}",
+        "-std=c++17",
+        "-lineinfo",
+        "-Xptxas=-v",
+        "--pre-include=sm7x_rtc_prelude.h",
+        f"-I{include}",
+        f"-I{(tree / kernel.source).parent}",
+    ]
     arr = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     size = ctypes.c_size_t()
@@ -204,8 +240,9 @@ def compile_kernel_nvrtc(
     text = buf.value.decode(errors="replace")
     try:
         if rc != 0:
-            raise ToolkitError(f"NVRTC (CUDA 12) failed on {kernel.source} for sm_{arch}:\n"
-                               + _indent(text))
+            raise ToolkitError(
+                f"NVRTC (CUDA 12) failed on {kernel.source} for sm_{arch}:\n" + _indent(text)
+            )
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         cubin = ctypes.create_string_buffer(size.value)
         lib.nvrtcGetCUBIN(prog, cubin)
@@ -225,9 +262,7 @@ def sass_summary(obj: Path) -> list[str]:
     return sorted({line.split()[-1] for line in out.splitlines() if line.strip()})
 
 
-def link_extension(
-    tree: Path, objects: list[Path], out: Path, nvcc: str
-) -> Path:
+def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Path:
     """Compile the torch bindings and link ``_sm7x_C`` (needs torch + CUDA)."""
     try:
         import torch
@@ -240,28 +275,60 @@ def link_extension(
     cpp_objs = []
     for cpp in sorted((tree / SRC_DIR).glob("*.cpp")):
         obj = out / (cpp.stem + ".cpp.o")
-        _run_or_raise([
-            "c++", "-c", str(cpp), "-o", str(obj), "-O2", "-std=c++17", "-fPIC",
-            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{i}" for i in includes),
-            f"-I{tree / SRC_DIR}",
-        ], f"compiling {cpp.name}")
+        _run_or_raise(
+            [
+                "c++",
+                "-c",
+                str(cpp),
+                "-o",
+                str(obj),
+                "-O2",
+                "-std=c++17",
+                "-fPIC",
+                f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                *(f"-I{i}" for i in includes),
+                f"-I{tree / SRC_DIR}",
+            ],
+            f"compiling {cpp.name}",
+        )
         cpp_objs.append(obj)
     so = out / f"{MODULE}.abi3.so"
-    libdirs = [*cpp_extension.library_paths(), str(cuda_home / "lib64"),
-               str(cuda_home / "lib64" / "stubs")]
-    _run_or_raise([
-        "c++", "-shared", "-o", str(so), *map(str, cpp_objs), *map(str, objects),
-        *(f"-L{d}" for d in libdirs),
-        *(f"-Wl,-rpath,{d}" for d in cpp_extension.library_paths()),
-        "-lc10", "-ltorch", "-ltorch_cpu", "-lc10_cuda", "-ltorch_cuda",
-        "-lcudart", "-lcuda",
-    ], f"linking {so.name}")
+    libdirs = [
+        *cpp_extension.library_paths(),
+        str(cuda_home / "lib64"),
+        str(cuda_home / "lib64" / "stubs"),
+    ]
+    _run_or_raise(
+        [
+            "c++",
+            "-shared",
+            "-o",
+            str(so),
+            *map(str, cpp_objs),
+            *map(str, objects),
+            *(f"-L{d}" for d in libdirs),
+            *(f"-Wl,-rpath,{d}" for d in cpp_extension.library_paths()),
+            "-lc10",
+            "-ltorch",
+            "-ltorch_cpu",
+            "-lc10_cuda",
+            "-ltorch_cuda",
+            "-lcudart",
+            "-lcuda",
+        ],
+        f"linking {so.name}",
+    )
     return so
 
 
 def build(
-    tree: Path, out: Path, *, archs: tuple[str, ...] = ALL_ARCHS,
-    ptx: bool = False, link: bool = False, nvcc: str | None = None,
+    tree: Path,
+    out: Path,
+    *,
+    archs: tuple[str, ...] = ALL_ARCHS,
+    ptx: bool = False,
+    link: bool = False,
+    nvcc: str | None = None,
     log=print,
 ) -> Report:
     """Compile (and optionally link) the series' native code under ``out``."""
@@ -290,19 +357,20 @@ def build(
         raise ToolkitError(
             f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
             f"sm_{', sm_'.join(missing)}: linking a module for it needs a CUDA 12.x nvcc "
-            "on PATH (or leave --link out to compile-check through CUDA 12 NVRTC)")
+            "on PATH (or leave --link out to compile-check through CUDA 12 NVRTC)"
+        )
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(
-            lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs
-        ))
+        results = list(pool.map(lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs))
     if rtc_jobs:
         missing = sorted({a for _, a in rtc_jobs})
-        log(f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
-            f"sm_{', sm_'.join(missing)}; compiling for it through CUDA 12 NVRTC")
+        log(
+            f"build: {nvcc} (CUDA {report.nvcc['version']}) cannot target "
+            f"sm_{', sm_'.join(missing)}; compiling for it through CUDA 12 NVRTC"
+        )
         lib, include = cuda12_toolchain(log)
         report.nvcc["nvrtc"] = CUDA12[0]
         results += [compile_kernel_nvrtc(lib, include, tree, k, a, out) for k, a in rtc_jobs]
-    objects = [obj for obj, _ in results[:len(jobs)]]
+    objects = [obj for obj, _ in results[: len(jobs)]]
     names = _demangle([u.function for _, usage in results for u in usage])
     sources = [k for k, _ in jobs] + [k for k, _ in rtc_jobs]
     for k, (obj, usage) in zip(sources, results, strict=True):
@@ -310,9 +378,11 @@ def build(
         report.sass[obj.name] = sass_summary(obj)
         for u in usage:
             u.name = names.get(u.function, u.function)
-            log(f"  {k.source} sm_{u.arch} {_short(u.name)}: "
+            log(
+                f"  {k.source} sm_{u.arch} {_short(u.name)}: "
                 f"{u.registers} regs, {u.shared_bytes} B smem, "
-                f"{u.stack_bytes} B stack, spills {u.spill_stores}/{u.spill_loads}")
+                f"{u.stack_bytes} B stack, spills {u.spill_stores}/{u.spill_loads}"
+            )
     if link:
         report.module = str(link_extension(tree, objects, out, nvcc))
         log(f"build: linked {report.module}")
@@ -328,13 +398,15 @@ def full_build(tree: Path, log=print) -> None:
         raise ToolkitError("build --full: nvcc not found (install CUDA 12.x)")
     missing = [a for a in ALL_ARCHS if a not in nvcc_archs(nvcc)]
     if missing:
-        raise ToolkitError(f"build --full: {nvcc} (CUDA {nvcc_version(nvcc)}) cannot "
-                           f"target sm_{', sm_'.join(missing)}: put a CUDA 12.x nvcc first on PATH")
+        raise ToolkitError(
+            f"build --full: {nvcc} (CUDA {nvcc_version(nvcc)}) cannot "
+            f"target sm_{', sm_'.join(missing)}: put a CUDA 12.x nvcc first on PATH"
+        )
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST="7.0 7.5", VLLM_TARGET_DEVICE="cuda")
-    log(f"build --full: pip install --no-build-isolation {tree} "
-        "for TORCH_CUDA_ARCH_LIST=\"7.0 7.5\"")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-v",
-                           "--no-build-isolation", str(tree)], env=env)
+    log(f'build --full: pip install --no-build-isolation {tree} for TORCH_CUDA_ARCH_LIST="7.0 7.5"')
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", str(tree)], env=env
+    )
     if proc.returncode != 0:
         raise ToolkitError(f"build --full: pip install failed (exit {proc.returncode})")
 
@@ -346,8 +418,9 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
     tool = shutil.which("c++filt")
     if tool is None or not symbols:
         return {}
-    out = subprocess.run([tool], input="\n".join(symbols), capture_output=True,
-                         text=True).stdout.splitlines()
+    out = subprocess.run(
+        [tool], input="\n".join(symbols), capture_output=True, text=True
+    ).stdout.splitlines()
     short = {}
     for sym, full in zip(symbols, out, strict=False):  # c++filt may stop early
         head = full.replace("(anonymous namespace)::", "").split("(", 1)[0]
@@ -382,8 +455,16 @@ def _indent(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.rstrip().splitlines())
 
 
-def session(tree: Path, out: Path, *, archs: tuple[str, ...] = ALL_ARCHS, ptx: bool = False,
-            link: bool = False, report: Path | None = None, log=print) -> Report:
+def session(
+    tree: Path,
+    out: Path,
+    *,
+    archs: tuple[str, ...] = ALL_ARCHS,
+    ptx: bool = False,
+    link: bool = False,
+    report: Path | None = None,
+    log=print,
+) -> Report:
     """``nox -s build``: compile (and link) under ``out``; write the JSON report;
     put a linked module into the tree (vLLM's .gitignore ignores ``*.so``)."""
     result = build(tree, out, archs=archs, ptx=ptx, link=link, log=log)

@@ -49,8 +49,11 @@ from serieskit.target import Target
 
 CARRIED = "carried.toml"
 # The interdiff commits' author (a fixup keeps the port's own author and message).
-_IDENT = {"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
-          "GIT_AUTHOR_DATE": base.BASE_DATE}
+_IDENT = {
+    "GIT_AUTHOR_NAME": git.COMMITTER[0],
+    "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
+    "GIT_AUTHOR_DATE": base.BASE_DATE,
+}
 KERNELS = "csrc/sm7x"  # must be byte-identical in the pin's series and every port
 
 
@@ -85,8 +88,10 @@ def pin_patches(pin: Target) -> list[PinPatch]:
         path = pin.patches / file
         name = series.read_patch(path).name
         if name is None:
-            raise ToolkitError(f"{pin.patches_label}/{file} has no {series.NAME_TRAILER}: "
-                               "trailer: carry matches the pin's patches to the port's by it")
+            raise ToolkitError(
+                f"{pin.patches_label}/{file} has no {series.NAME_TRAILER}: "
+                "trailer: carry matches the pin's patches to the port's by it"
+            )
         blob = git.git(None, "hash-object", "--stdin", input=path.read_bytes()).strip()
         out.append(PinPatch(name, file, patch_id(path), blob))
     return out
@@ -101,12 +106,19 @@ def read_carried(port: Target) -> dict[str, dict[str, str]]:
         table = tomllib.loads(path.read_text()).get("carried", {})
     except tomllib.TOMLDecodeError as e:
         raise ToolkitError(f"{port.patches_label}/{CARRIED} is not valid TOML: {e}") from None
-    bad = [n for n, v in table.items()
-           if not (isinstance(v, dict) and isinstance(v.get("patch_id"), str)
-                   and isinstance(v.get("blob"), str))]
+    bad = [
+        n
+        for n, v in table.items()
+        if not (
+            isinstance(v, dict)
+            and isinstance(v.get("patch_id"), str)
+            and isinstance(v.get("blob"), str)
+        )
+    ]
     if bad:
-        raise ToolkitError(f"{port.patches_label}/{CARRIED}: entry {bad[0]} needs patch_id "
-                           "and blob strings")
+        raise ToolkitError(
+            f"{port.patches_label}/{CARRIED}: entry {bad[0]} needs patch_id and blob strings"
+        )
     return table
 
 
@@ -118,12 +130,21 @@ def read_pending(port: Target) -> dict[str, dict[str, str]]:
     if not path.exists():
         return {}
     table = tomllib.loads(path.read_text()).get("pending", {})
-    bad = [n for n, v in table.items()
-           if not (isinstance(v, dict) and isinstance(v.get("patch_id"), str)
-                   and isinstance(v.get("why"), str) and v["why"].strip())]
+    bad = [
+        n
+        for n, v in table.items()
+        if not (
+            isinstance(v, dict)
+            and isinstance(v.get("patch_id"), str)
+            and isinstance(v.get("why"), str)
+            and v["why"].strip()
+        )
+    ]
     if bad:
-        raise ToolkitError(f"{port.patches_label}/{CARRIED}: [pending] entry {bad[0]} needs "
-                           "patch_id and a non-empty why")
+        raise ToolkitError(
+            f"{port.patches_label}/{CARRIED}: [pending] entry {bad[0]} needs "
+            "patch_id and a non-empty why"
+        )
     return table
 
 
@@ -134,8 +155,10 @@ def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
         "# its diff, whatever its line numbers or message) and the git blob id of",
         "# the file, by which the next carry finds that text in the history.",
         "[carried]",
-        *(f'{json.dumps(name)} = {{ patch_id = "{v["patch_id"]}", blob = "{v["blob"]}" }}'
-          for name, v in carried.items()),
+        *(
+            f'{json.dumps(name)} = {{ patch_id = "{v["patch_id"]}", blob = "{v["blob"]}" }}'
+            for name, v in carried.items()
+        ),
     ]
     (port.patches / CARRIED).write_text("\n".join(lines) + "\n")
 
@@ -153,12 +176,12 @@ class Plan:
         return bool(self.changed or self.new or self.dropped)
 
 
-def plan(pins: list[PinPatch], carried: dict[str, dict[str, str]],
-         port_names: set[str]) -> Plan:
+def plan(pins: list[PinPatch], carried: dict[str, dict[str, str]], port_names: set[str]) -> Plan:
     names = {p.name for p in pins}
     return Plan(
-        changed=[p for p in pins if p.name in carried
-                 and carried[p.name]["patch_id"] != p.patch_id],
+        changed=[
+            p for p in pins if p.name in carried and carried[p.name]["patch_id"] != p.patch_id
+        ],
         new=[p for p in pins if p.name not in carried and p.name not in port_names],
         dropped=[n for n in carried if n not in names],
         unrecorded=[p.name for p in pins if p.name not in carried and p.name in port_names],
@@ -166,8 +189,7 @@ def plan(pins: list[PinPatch], carried: dict[str, dict[str, str]],
 
 
 def port_names(port: Target) -> set[str]:
-    return {n for f in series.read_series(port)
-            if (n := series.read_patch(port.patches / f).name)}
+    return {n for f in series.read_series(port) if (n := series.read_patch(port.patches / f).name)}
 
 
 # --- --check -----------------------------------------------------------------
@@ -180,32 +202,54 @@ def check(pin: Target, port: Target, log=print) -> None:
     p = plan(pins, read_carried(port), port_names(port))
     pending = read_pending(port)
     # Declared in [pending] for the pin's patch as it is now: reported, not failed.
-    declared = {x.name for x in p.changed + p.new
-                if pending.get(x.name, {}).get("patch_id") == x.patch_id}
+    declared = {
+        x.name for x in p.changed + p.new if pending.get(x.name, {}).get("patch_id") == x.patch_id
+    }
     for name in sorted(declared):
         log(f"carry --check: PENDING {name}: {pending[name]['why']}")
-    problems = [f"{x.name} ({pin.patches_label}/{x.file}) changed since it was last carried"
-                for x in p.changed if x.name not in declared]
-    problems += [f"{x.name} ({pin.patches_label}/{x.file}) is new in the pin's series"
-                 for x in p.new if x.name not in declared]
+    problems = [
+        f"{x.name} ({pin.patches_label}/{x.file}) changed since it was last carried"
+        for x in p.changed
+        if x.name not in declared
+    ]
+    problems += [
+        f"{x.name} ({pin.patches_label}/{x.file}) is new in the pin's series"
+        for x in p.new
+        if x.name not in declared
+    ]
     problems += [f"{n} left the pin's series and is still carried" for n in p.dropped]
-    problems += [f"{n} is in the port, but {port.patches_label}/{CARRIED} does not say which "
-                 "version of the pin's patch it took" for n in p.unrecorded]
+    problems += [
+        f"{n} is in the port, but {port.patches_label}/{CARRIED} does not say which "
+        "version of the pin's patch it took"
+        for n in p.unrecorded
+    ]
     if problems:
-        raise ToolkitError("\n".join([
-            f"the port to vLLM {port.version} lacks changes of the pin's series:",
-            *(f"  {line}" for line in problems),
-            f"  carry them: `nox -s carry -- {port.version}`"
-            + (f"; or, where the port already has the pin's current patches, "
-               f"`nox -s carry -- {port.version} --record`" if p.unrecorded else ""),
-        ]))
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"the port to vLLM {port.version} lacks changes of the pin's series:",
+                    *(f"  {line}" for line in problems),
+                    f"  carry them: `nox -s carry -- {port.version}`"
+                    + (
+                        f"; or, where the port already has the pin's current patches, "
+                        f"`nox -s carry -- {port.version} --record`"
+                        if p.unrecorded
+                        else ""
+                    ),
+                ]
+            )
+        )
     if declared:
-        log(f"carry --check: the port to vLLM {port.version} lacks {len(declared)} declared "
+        log(
+            f"carry --check: the port to vLLM {port.version} lacks {len(declared)} declared "
             f"change(s) of the pin's series ({port.patches_label}/{CARRIED} [pending]); the "
-            f"kernels are compared once they are carried")
+            f"kernels are compared once they are carried"
+        )
         return
-    log(f"carry --check: the port to vLLM {port.version} has all {len(pins)} patch(es) of "
-        "the pin's series as they are now")
+    log(
+        f"carry --check: the port to vLLM {port.version} has all {len(pins)} patch(es) of "
+        "the pin's series as they are now"
+    )
     check_kernels(pin, port, log)
 
 
@@ -215,16 +259,31 @@ def check_kernels(pin: Target, port: Target, log=print) -> None:
     mine, theirs = trees[pin.version], trees[port.version]
     differ = sorted(f for f in set(mine) | set(theirs) if mine.get(f) != theirs.get(f))
     if differ:
-        raise ToolkitError("\n".join([
-            f"{KERNELS}/ of the port to vLLM {port.version} is not the pin's: the kernels' "
-            "GPU evidence (measured on the pin's series) would not hold for it:",
-            *(f"  {f}: " + ("only in the pin's" if f not in theirs else "only in the port's"
-                            if f not in mine else "differs") for f in differ),
-            f"  carry the pin's change (`nox -s carry -- {port.version}`) or make it in the "
-            "pin's series first",
-        ]))
-    log(f"carry --check: {KERNELS}/ is the same in the pin's series and the port to "
-        f"vLLM {port.version} ({len(mine)} file(s))")
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"{KERNELS}/ of the port to vLLM {port.version} is not the pin's: the kernels' "
+                    "GPU evidence (measured on the pin's series) would not hold for it:",
+                    *(
+                        f"  {f}: "
+                        + (
+                            "only in the pin's"
+                            if f not in theirs
+                            else "only in the port's"
+                            if f not in mine
+                            else "differs"
+                        )
+                        for f in differ
+                    ),
+                    f"  carry the pin's change (`nox -s carry -- {port.version}`) or make it "
+                    "in the pin's series first",
+                ]
+            )
+        )
+    log(
+        f"carry --check: {KERNELS}/ is the same in the pin's series and the port to "
+        f"vLLM {port.version} ({len(mine)} file(s))"
+    )
 
 
 def _kernel_files(t: Target) -> dict[str, str]:
@@ -232,13 +291,21 @@ def _kernel_files(t: Target) -> dict[str, str]:
     work tree, which must be the whole series made from the current patches."""
     tree = series.applied_tree(t)
     state = State.load(t)
-    if (not state.complete or state.head != git.rev(tree, "HEAD")
-            or state.fingerprint != series.fingerprint(t, state.base or "")):
-        raise ToolkitError(f"{t.what}: the work tree is not the series as {t.patches_label}/ "
-                           f"holds it now: run `{t.cmd('apply')}` first")
+    if (
+        not state.complete
+        or state.head != git.rev(tree, "HEAD")
+        or state.fingerprint != series.fingerprint(t, state.base or "")
+    ):
+        raise ToolkitError(
+            f"{t.what}: the work tree is not the series as {t.patches_label}/ "
+            f"holds it now: run `{t.cmd('apply')}` first"
+        )
     out = git.git(tree, "ls-tree", "-r", "HEAD", "--", f"{KERNELS}/")
-    return {line.split("\t", 1)[1]: line.split()[0] + " " + line.split()[2]
-            for line in out.splitlines() if "\t" in line}
+    return {
+        line.split("\t", 1)[1]: line.split()[0] + " " + line.split()[2]
+        for line in out.splitlines()
+        if "\t" in line
+    }
 
 
 # --- --record ------------------------------------------------------------------
@@ -250,13 +317,17 @@ def record(pin: Target, port: Target, log=print) -> None:
     pins = pin_patches(pin)
     missing = [p.name for p in pins if p.name not in port_names(port)]
     if missing:
-        raise ToolkitError(f"the port to vLLM {port.version} has no patch named "
-                           f"{', '.join(missing)}: --record takes only patches the port has "
-                           f"(`nox -s carry -- {port.version}` brings new ones)")
+        raise ToolkitError(
+            f"the port to vLLM {port.version} has no patch named "
+            f"{', '.join(missing)}: --record takes only patches the port has "
+            f"(`nox -s carry -- {port.version}` brings new ones)"
+        )
     _keep_blobs(pin)
     write_carried(port, {p.name: p.record() for p in pins})
-    log(f"carry --record: {port.patches_label}/{CARRIED} now says the port has the pin's "
-        f"{len(pins)} patch(es) as they are now")
+    log(
+        f"carry --record: {port.patches_label}/{CARRIED} now says the port has the pin's "
+        f"{len(pins)} patch(es) as they are now"
+    )
 
 
 def _keep_blobs(pin: Target) -> None:
@@ -275,7 +346,8 @@ def _old_text(pin: Target, name: str, blob: str) -> bytes:
             f"the pin's patch {name} as last carried (blob {blob[:12]}) is not in this "
             "repository's history, so its change since then cannot be computed: fetch the "
             "history that has it, or carry that change by hand and `nox -s carry -- VERSION "
-            "--record`")
+            "--record`"
+        )
     return proc.stdout
 
 
@@ -299,7 +371,8 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
         raise ToolkitError(
             f"{port.patches_label}/{CARRIED} does not say which version of the pin's "
             f"{', '.join(p.unrecorded)} the port took: where the port has the pin's current "
-            f"patches, `nox -s carry -- {port.version} --record` says so")
+            f"patches, `nox -s carry -- {port.version} --record` says so"
+        )
     if not p:
         log(f"carry: the port to vLLM {port.version} has every change of the pin's series")
         return
@@ -309,9 +382,15 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
     subjects = {n: s for _, s, n in in_port if n}
     steps = _pin_side(pin, port, pins, p, carried, pin_base, subjects, log)
     todo = _todo(in_port, pins, p, steps)
-    state.rebase = RebaseState(target=port.version, onto=state.base, old_base=pin_base,
-                               old_label=pin.version, old_head=state.head, kind="carry",
-                               carried={x.name: x.record() for x in pins})
+    state.rebase = RebaseState(
+        target=port.version,
+        onto=state.base,
+        old_base=pin_base,
+        old_label=pin.version,
+        old_head=state.head,
+        kind="carry",
+        carried={x.name: x.record() for x in pins},
+    )
     state.save(port)
     for x in p.changed:
         log(f"carry: {x.name}: the pin's change since it was last carried")
@@ -322,10 +401,20 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
     rebase.load_resolutions(port, repo, log)
     todo_file = port.out("carry") / "todo"
     todo_file.write_text(todo)
-    proc = git.run(repo, *rebase.RERERE, "rebase", "-i", "--committer-date-is-author-date",
-                   "--no-autosquash", "--empty=drop", "--onto", state.base, state.base,
-                   series.BRANCH,
-                   env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo_file))}"})
+    proc = git.run(
+        repo,
+        *rebase.RERERE,
+        "rebase",
+        "-i",
+        "--committer-date-is-author-date",
+        "--no-autosquash",
+        "--empty=drop",
+        "--onto",
+        state.base,
+        state.base,
+        series.BRANCH,
+        env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo_file))}"},
+    )
     rebase.run_to_stop(port, proc, lambda: finish(port, log), log)
 
 
@@ -335,18 +424,36 @@ def _require_manifest_entries(port: Target, p: Plan) -> None:
     if not (port.patches / series.MANIFEST).exists():
         return
     listed = {e.get("name") for e in series.read_manifest(port)}
-    problems = [f"  add a [[patch]] entry named {x.name} (the pin's is in "
-                f"patches/{series.MANIFEST})" for x in p.new if x.name not in listed]
-    problems += [f"  remove the entry {n}, which the pin's series dropped"
-                 for n in p.dropped if n in listed]
+    problems = [
+        f"  add a [[patch]] entry named {x.name} (the pin's is in patches/{series.MANIFEST})"
+        for x in p.new
+        if x.name not in listed
+    ]
+    problems += [
+        f"  remove the entry {n}, which the pin's series dropped" for n in p.dropped if n in listed
+    ]
     if problems:
-        raise ToolkitError("\n".join([f"{port.patches_label}/{series.MANIFEST} does not "
-                                      "match the series the carry will make:", *problems]))
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"{port.patches_label}/{series.MANIFEST} does not "
+                    "match the series the carry will make:",
+                    *problems,
+                ]
+            )
+        )
 
 
-def _pin_side(pin: Target, port: Target, pins: list[PinPatch], p: Plan,
-              carried: dict[str, dict[str, str]], pin_base: str, subjects: dict[str, str],
-              log) -> dict[str, str]:
+def _pin_side(
+    pin: Target,
+    port: Target,
+    pins: list[PinPatch],
+    p: Plan,
+    carried: dict[str, dict[str, str]],
+    pin_base: str,
+    subjects: dict[str, str],
+    log,
+) -> dict[str, str]:
     """The commits to carry, made in a throwaway worktree of the port's
     repository: {name: the interdiff commit (parent A, tree B)} for changed
     patches, {name: the pin's commit} for new ones."""
@@ -372,8 +479,9 @@ def _pin_side(pin: Target, port: Target, pins: list[PinPatch], p: Plan,
                 # The change alone: B's files on A, under the port's own subject
                 # (so a stop names the port's patch).
                 message = f"{subjects.get(x.name, x.name)}\n\ncarry: the pin's {x.name}\n"
-                steps[x.name] = git.git(tree, "commit-tree", f"{b}^{{tree}}", "-p", a,
-                                        "-m", message, env=_IDENT).strip()
+                steps[x.name] = git.git(
+                    tree, "commit-tree", f"{b}^{{tree}}", "-p", a, "-m", message, env=_IDENT
+                ).strip()
                 git.git(tree, "checkout", "-q", "--detach", b)
             else:
                 b = _am(tree, pin.patches / x.file, f"the pin's {x.file}")
@@ -387,20 +495,30 @@ def _pin_side(pin: Target, port: Target, pins: list[PinPatch], p: Plan,
 
 
 def _am(tree: Path, patch: Path, what: str) -> str:
-    proc = git.run(tree, "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date",
-                   "--no-gpg-sign", str(patch))
+    proc = git.run(
+        tree,
+        "am",
+        "--3way",
+        "--keep-non-patch",
+        "--committer-date-is-author-date",
+        "--no-gpg-sign",
+        str(patch),
+    )
     if proc.returncode != 0:
         git.run(tree, "am", "--abort")
-        raise ToolkitError(f"{what} does not apply on the pin's current series before it, "
-                           "so its change alone cannot be made: carry it by hand (then "
-                           "`nox -s carry -- VERSION --record`)")
+        raise ToolkitError(
+            f"{what} does not apply on the pin's current series before it, "
+            "so its change alone cannot be made: carry it by hand (then "
+            "`nox -s carry -- VERSION --record`)"
+        )
     head = git.rev(tree, "HEAD")
     assert head
     return head
 
 
-def _todo(in_port: list[tuple[str, str, str | None]], pins: list[PinPatch], p: Plan,
-          steps: dict[str, str]) -> str:
+def _todo(
+    in_port: list[tuple[str, str, str | None]], pins: list[PinPatch], p: Plan, steps: dict[str, str]
+) -> str:
     """The rebase's todo: the port's commits in order, each changed one
     followed by the fixup of its change, new patches after the port's
     commit of the pin's patch before them, dropped ones left out."""
@@ -408,7 +526,7 @@ def _todo(in_port: list[tuple[str, str, str | None]], pins: list[PinPatch], p: P
     order = [x.name for x in pins]
     after: dict[str | None, list[str]] = {}  # anchor (port patch name) -> new names
     for x in p.new:
-        before = [n for n in order[:order.index(x.name)] if n in have]
+        before = [n for n in order[: order.index(x.name)] if n in have]
         after.setdefault(before[-1] if before else None, []).append(x.name)
     changed = {x.name for x in p.changed}
     lines = [f"pick {steps[n]} {n}" for n in after.get(None, [])]
@@ -438,8 +556,10 @@ def finish(port: Target, log=print) -> None:
     series.export(port, log=log)
     write_carried(port, rb.carried)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
-    log(f"carry: done; {port.patches_label}/ and {CARRIED} written (the port before the "
-        f"carry is kept as {backup}); commit them with the pin's patches")
+    log(
+        f"carry: done; {port.patches_label}/ and {CARRIED} written (the port before the "
+        f"carry is kept as {backup}); commit them with the pin's patches"
+    )
 
 
 def cont(port: Target, log=print) -> None:
@@ -459,8 +579,17 @@ def _require_carry(port: Target) -> None:
         raise ToolkitError(f"no carry to the port to vLLM {port.version} is stopped")
 
 
-def session(pin: Target, port: Target, *, check_only: bool = False, record_only: bool = False,
-            cont_: bool = False, abort_: bool = False, force: bool = False, log=print) -> None:
+def session(
+    pin: Target,
+    port: Target,
+    *,
+    check_only: bool = False,
+    record_only: bool = False,
+    cont_: bool = False,
+    abort_: bool = False,
+    force: bool = False,
+    log=print,
+) -> None:
     """``nox -s carry -- VERSION [--check | --record | --continue | --abort]``."""
     if sum((check_only, record_only, cont_, abort_)) > 1:
         raise ToolkitError("carry takes at most one of --check, --record, --continue, --abort")

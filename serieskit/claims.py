@@ -60,10 +60,13 @@ def series_block(tree: Path, base_commit: str, commit: str, base_version: str) -
     changed = git.git(tree, "diff", "--name-only", base_commit, commit).split()
     listing = git.git(tree, "ls-tree", "-r", commit, "--", *changed) if changed else ""
     files = {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines()}
-    return {"base": f"vllm=={base_version}", "commit": commit,
-            "tree": git.git(tree, "rev-parse", f"{commit}^{{tree}}").strip(),
-            "files": dict(sorted(files.items())),
-            "files_from": f"git ls-tree of {commit[:12]} in the work tree"}
+    return {
+        "base": f"vllm=={base_version}",
+        "commit": commit,
+        "tree": git.git(tree, "rev-parse", f"{commit}^{{tree}}").strip(),
+        "files": dict(sorted(files.items())),
+        "files_from": f"git ls-tree of {commit[:12]} in the work tree",
+    }
 
 
 def load(root: Path, file: str) -> dict:
@@ -108,8 +111,12 @@ class Checked:
         return not self.problems
 
 
-def check(root: Path, claim: Claim, head_blobs: dict[str, set[str | None]],
-          changed_since: dict[str, dict[str, str]] | None = None) -> Checked:
+def check(
+    root: Path,
+    claim: Claim,
+    head_blobs: dict[str, set[str | None]],
+    changed_since: dict[str, dict[str, str]] | None = None,
+) -> Checked:
     """Check one claim against the blobs of the PR's files now: the run's
     blob of each must be the PR head's or the series head's (a file other
     groups also change is the series' version in a run of the whole series)."""
@@ -134,12 +141,14 @@ def check(root: Path, claim: Claim, head_blobs: dict[str, set[str | None]],
     if isinstance(out.value, dict) and "value" in out.value:
         unit = out.value.get("unit")
         if unit != claim.unit:
-            out.problems.append(f"{claim.file} {claim.path}: unit {unit!r}, the claim says "
-                                f"{claim.unit!r}")
+            out.problems.append(
+                f"{claim.file} {claim.path}: unit {unit!r}, the claim says {claim.unit!r}"
+            )
         out.value = out.value["value"]
     if machine.get("name") != claim.machine:
-        out.problems.append(f"{claim.file}: machine {machine.get('name')!r}, the claim says "
-                            f"{claim.machine!r}")
+        out.problems.append(
+            f"{claim.file}: machine {machine.get('name')!r}, the claim says {claim.machine!r}"
+        )
     if data["kind"] == "external":
         return out
     recorded = data["series"].get("files") or {}
@@ -152,10 +161,17 @@ def check(root: Path, claim: Claim, head_blobs: dict[str, set[str | None]],
         if path in accepted:
             out.accepted[path] = accepted[path]
             continue
-        what = ("was not changed by the series that ran" if then is None
-                else "was removed since" if blob is None else "changed since the run")
-        out.problems.append(f"stale: {claim.file} ran on a series where {path} {what} "
-                            f"(recorded {then and then[:12]}, head {blob and blob[:12]})")
+        what = (
+            "was not changed by the series that ran"
+            if then is None
+            else "was removed since"
+            if blob is None
+            else "changed since the run"
+        )
+        out.problems.append(
+            f"stale: {claim.file} ran on a series where {path} {what} "
+            f"(recorded {then and then[:12]}, head {blob and blob[:12]})"
+        )
     return out
 
 

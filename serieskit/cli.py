@@ -41,8 +41,9 @@ def cmd_apply(args: argparse.Namespace, t: Target) -> None:
 
 def cmd_export(args: argparse.Namespace, t: Target) -> None:
     if series.export(t, check=args.check, force=args.force) and args.check:
-        raise ToolkitError(f"{t.patches_label}/ differs from the work tree: "
-                           f"run `{t.cmd('export')}`")
+        raise ToolkitError(
+            f"{t.patches_label}/ differs from the work tree: run `{t.cmd('export')}`"
+        )
 
 
 def cmd_status(args: argparse.Namespace, t: Target) -> None:
@@ -53,12 +54,16 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
     root = t.root
     if args.check:
         if not args.target or args.cont or args.abort or args.update_pin:
-            raise ToolkitError("rebase --check takes one or more vllm==VERSION or a range, "
-                               "and nothing else")
+            raise ToolkitError(
+                "rebase --check takes one or more vllm==VERSION or a range, and nothing else"
+            )
         rebase_check.check(root, args.target)
         return
-    if args.cont + args.abort + bool(args.target) > 1 or len(args.target) > 1 or (
-            not (args.cont or args.abort or args.target or args.update_pin)):
+    if (
+        args.cont + args.abort + bool(args.target) > 1
+        or len(args.target) > 1
+        or (not (args.cont or args.abort or args.target or args.update_pin))
+    ):
         raise ToolkitError("rebase takes one of: TARGET, --continue, --abort, --update-pin")
     if args.cont:
         rebase.cont(root)
@@ -71,9 +76,15 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_carry(args: argparse.Namespace, t: Target) -> None:
-    carry.session(target.pin(t.root), target.port(t.root, args.version),
-                  check_only=args.check, record_only=args.record, cont_=args.cont,
-                  abort_=args.abort, force=args.force)
+    carry.session(
+        target.pin(t.root),
+        target.port(t.root, args.version),
+        check_only=args.check,
+        record_only=args.record,
+        cont_=args.cont,
+        abort_=args.abort,
+        force=args.force,
+    )
 
 
 def cmd_build(args: argparse.Namespace, t: Target) -> None:
@@ -82,8 +93,14 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
         build.full_build(tree)
         return
     out = args.out or t.out("build")
-    build.session(tree, out, archs=tuple(args.arch or build.ALL_ARCHS), ptx=args.ptx,
-                  link=args.link, report=args.report or out / "report.json")
+    build.session(
+        tree,
+        out,
+        archs=tuple(args.arch or build.ALL_ARCHS),
+        ptx=args.ptx,
+        link=args.link,
+        report=args.report or out / "report.json",
+    )
 
 
 def cmd_test(args: argparse.Namespace, t: Target) -> None:
@@ -119,8 +136,17 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 def cmd_pr(args: argparse.Namespace, t: Target) -> None:
     from serieskit import pr  # needs GitPython, which the `pr` session installs
 
-    pr.session(t.root, args.onto, args.signoff, version=args.version, others=args.others,
-               check=args.check, push=args.push, remote=args.remote, gh=args.gh)
+    pr.session(
+        t.root,
+        args.onto,
+        args.signoff,
+        version=args.version,
+        others=args.others,
+        check=args.check,
+        push=args.push,
+        remote=args.remote,
+        gh=args.gh,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,80 +164,128 @@ def _parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help)
         sp.set_defaults(func=func)
         if port:
-            sp.add_argument("--port", metavar="VERSION",
-                            help="act on the port to that release (pin.toml [[port]]), "
-                                 "not the pin's series")
+            sp.add_argument(
+                "--port",
+                metavar="VERSION",
+                help="act on the port to that release (pin.toml [[port]]), not the pin's series",
+            )
         return sp
 
     a = command("apply", cmd_apply, "make .work/vllm the pinned base plus patches/", port=True)
-    a.add_argument("--force", action="store_true",
-                   help="go on over unexported work (kept in a stash / backup ref first)")
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="go on over unexported work (kept in a stash / backup ref first)",
+    )
     e = command("export", cmd_export, "write the work tree's commits to patches/", port=True)
-    e.add_argument("--check", action="store_true",
-                   help="write nothing; fail when patches/ differs from the work tree")
-    e.add_argument("--force", action="store_true",
-                   help="overwrite patches/ changed since the last apply (kept aside first)")
-    command("status", cmd_status, "base, applied commits, differences, uncommitted files",
-            port=True)
+    e.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail when patches/ differs from the work tree",
+    )
+    e.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite patches/ changed since the last apply (kept aside first)",
+    )
+    command(
+        "status", cmd_status, "base, applied commits, differences, uncommitted files", port=True
+    )
     r = command("rebase", cmd_rebase, "move the series onto another base")
-    r.add_argument("target", nargs="*", help="vllm==VERSION or REPO@REF (with --check: "
-                   "one or more vllm==VERSION, or a range such as 'vllm>=0.27,<=0.33')")
-    r.add_argument("--check", action="store_true",
-                   help="dry run: per patch clean / 3-way / conflict; changes nothing")
-    r.add_argument("--continue", dest="cont", action="store_true",
-                   help="go on after resolving a conflict")
+    r.add_argument(
+        "target",
+        nargs="*",
+        help="vllm==VERSION or REPO@REF (with --check: "
+        "one or more vllm==VERSION, or a range such as 'vllm>=0.27,<=0.33')",
+    )
+    r.add_argument(
+        "--check",
+        action="store_true",
+        help="dry run: per patch clean / 3-way / conflict; changes nothing",
+    )
+    r.add_argument(
+        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
+    )
     r.add_argument("--abort", action="store_true", help="give up; back to before")
-    r.add_argument("--update-pin", action="store_true",
-                   help="move the pin (and patches/) to the new release")
-    r.add_argument("--force", action="store_true",
-                   help="go on over unexported work (kept in a stash / backup ref first)")
+    r.add_argument(
+        "--update-pin", action="store_true", help="move the pin (and patches/) to the new release"
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="go on over unexported work (kept in a stash / backup ref first)",
+    )
     c = command("carry", cmd_carry, "carry changes of the pin's series to a port")
     c.add_argument("version", metavar="VERSION", help="the port's release (pin.toml [[port]])")
-    c.add_argument("--check", action="store_true",
-                   help="fail when the port lacks a change of the pin's series, or its "
-                        f"{carry.KERNELS}/ differs from the pin's")
-    c.add_argument("--record", action="store_true",
-                   help="record the pin's current patches as carried (a port made from them)")
-    c.add_argument("--continue", dest="cont", action="store_true",
-                   help="go on after resolving a conflict")
+    c.add_argument(
+        "--check",
+        action="store_true",
+        help="fail when the port lacks a change of the pin's series, or its "
+        f"{carry.KERNELS}/ differs from the pin's",
+    )
+    c.add_argument(
+        "--record",
+        action="store_true",
+        help="record the pin's current patches as carried (a port made from them)",
+    )
+    c.add_argument(
+        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
+    )
     c.add_argument("--abort", action="store_true", help="give up; the port back to before")
-    c.add_argument("--force", action="store_true",
-                   help="go on over unexported work in the port's tree (kept first)")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="go on over unexported work in the port's tree (kept first)",
+    )
     bd = command("build", cmd_build, "compile the series' native code", port=True)
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
     bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
-    bd.add_argument("--full", action="store_true",
-                    help="build and install the whole patched vLLM for 7.0 / 7.5")
+    bd.add_argument(
+        "--full", action="store_true", help="build and install the whole patched vLLM for 7.0 / 7.5"
+    )
     bd.add_argument("--tree", type=Path, help="patched vLLM tree (default: .work/vllm)")
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
     ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
-    ts.add_argument("--no-upstream", action="store_true",
-                    help="leave out upstream's tests of the touched files (base vs series)")
-    ts.add_argument("--coverage", nargs="?", const="auto", metavar="MACHINE",
-                    help="under coverage.py with test contexts: data files in .work/coverage/"
-                    "MACHINE, report .work/pr/coverage/MACHINE.json (default name: cpu, or "
-                    "the GPUs, e.g. h200x2)")
-    d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree",
-                port=True)
+    ts.add_argument(
+        "--no-upstream",
+        action="store_true",
+        help="leave out upstream's tests of the touched files (base vs series)",
+    )
+    ts.add_argument(
+        "--coverage",
+        nargs="?",
+        const="auto",
+        metavar="MACHINE",
+        help="under coverage.py with test contexts: data files in .work/coverage/"
+        "MACHINE, report .work/pr/coverage/MACHINE.json (default name: cpu, or "
+        "the GPUs, e.g. h200x2)",
+    )
+    d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree", port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
-    ov = command("overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree",
-                 port=True)
-    ov.add_argument("--gpu", action="store_true",
-                    help="also pack .dev/gpu/part1 and part2 for the GPU machine")
+    ov = command(
+        "overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree", port=True
+    )
+    ov.add_argument(
+        "--gpu", action="store_true", help="also pack .dev/gpu/part1 and part2 for the GPU machine"
+    )
     pr = command("pr", cmd_pr, "upstream pull requests from the series, with their evidence")
     pr.add_argument("--onto", help="vllm==VERSION: the series tree to build on (default: pin)")
-    pr.add_argument("--signoff", metavar="\"NAME <MAIL>\"",
-                    help="the contributor: author, committer and DCO Signed-off-by")
+    pr.add_argument(
+        "--signoff",
+        metavar='"NAME <MAIL>"',
+        help="the contributor: author, committer and DCO Signed-off-by",
+    )
     pr.add_argument("--others", type=Path, help="folder of other PRs as N.diff (+ metadata JSON)")
     pr.add_argument("--version", type=int, help="N of refs/series/pr/<name>/vN (default: next)")
     pr.add_argument("--check", action="store_true", help="fail when a pull request's check fails")
     pr.add_argument("--push", action="store_true", help="also push each branch to --remote")
     pr.add_argument("--remote", help="the fork to push to (with --push)")
-    pr.add_argument("--gh", action="store_true",
-                    help="with --push: gh pr create --draft --body-file for each")
+    pr.add_argument(
+        "--gh", action="store_true", help="with --push: gh pr create --draft --body-file for each"
+    )
     return p
 
 

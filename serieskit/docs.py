@@ -93,8 +93,7 @@ def sources(tree: Path) -> list[str]:
 def stale_commits(tree: Path, base: str, head: str = "HEAD") -> list[str]:
     """The commits of ``base..head`` that touch the reference's sources: each
     must carry the reference of its own config state."""
-    out = git.git(tree, "log", "--reverse", "--format=%H", f"{base}..{head}", "--",
-                  *sources(tree))
+    out = git.git(tree, "log", "--reverse", "--format=%H", f"{base}..{head}", "--", *sources(tree))
     return out.split()
 
 
@@ -114,19 +113,32 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
         log("docs: no patch touches the reference's sources")
         return []
     before = {c: git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() for c in commits}
-    script = f"{sys.executable} {GENERATOR} --root . && git add {OUTPUT} && " \
-             "(git diff --cached --quiet || git commit -q --amend --no-edit --no-verify)"
-    proc = git.run(tree, "rebase", "-q", "--committer-date-is-author-date",
-                   "-X", "theirs", "--exec", script, f"{commits[0]}~1")
+    script = (
+        f"{sys.executable} {GENERATOR} --root . && git add {OUTPUT} && "
+        "(git diff --cached --quiet || git commit -q --amend --no-edit --no-verify)"
+    )
+    proc = git.run(
+        tree,
+        "rebase",
+        "-q",
+        "--committer-date-is-author-date",
+        "-X",
+        "theirs",
+        "--exec",
+        script,
+        f"{commits[0]}~1",
+    )
     if proc.returncode != 0:
         git.run(tree, "rebase", "--abort")
         raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
-    changed = [git.git(tree, "log", "-1", "--format=%s", c).strip()
-               for c, old in zip(after, before.values(), strict=True)
-               if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old]
+    changed = [
+        git.git(tree, "log", "-1", "--format=%s", c).strip()
+        for c, old in zip(after, before.values(), strict=True)
+        if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old
+    ]
     for subject in changed:
-        log(f"docs: regenerated {OUTPUT} in \"{subject}\"")
+        log(f'docs: regenerated {OUTPUT} in "{subject}"')
     if not changed:
         log(f"docs: {OUTPUT} is current at every patch")
     return changed
@@ -151,6 +163,8 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
     head = git.rev(tree, "HEAD")
     if amend(tree, state.base, log=log):
         assert head
-        log(f"docs: the series before regeneration is kept as "
-            f"{safety.backup_ref(tree, head, 'docs')}")
+        log(
+            f"docs: the series before regeneration is kept as "
+            f"{safety.backup_ref(tree, head, 'docs')}"
+        )
         series.export(t, log=log)

@@ -26,8 +26,20 @@ from pathlib import Path
 
 from serieskit import git
 
-GENERIC = {"__init__", "forward", "main", "setup", "test", "run", "get", "apply", "update",
-           "__call__", "__post_init__", "compute_hash"}
+GENERIC = {
+    "__init__",
+    "forward",
+    "main",
+    "setup",
+    "test",
+    "run",
+    "get",
+    "apply",
+    "update",
+    "__call__",
+    "__post_init__",
+    "compute_hash",
+}
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
@@ -132,8 +144,15 @@ def ours(repo: Path, review_base: str, head: str) -> Ours:
             if m:
                 symbols.add(m.group(1))
         symbols |= {n.split(".")[-1] for n in functions[path]}
-    return Ours(diff, functions, {s for s in symbols if s not in GENERIC and len(s) >= 6
-                                  and not (s.startswith("__") and s.endswith("__"))})
+    return Ours(
+        diff,
+        functions,
+        {
+            s
+            for s in symbols
+            if s not in GENERIC and len(s) >= 6 and not (s.startswith("__") and s.endswith("__"))
+        },
+    )
 
 
 @dataclass
@@ -149,8 +168,7 @@ class Finding:
 
     @property
     def overlaps(self) -> bool:
-        return bool(self.files or self.functions or self.symbols or self.conflicts
-                    or self.keywords)
+        return bool(self.files or self.functions or self.symbols or self.conflicts or self.keywords)
 
 
 def _metadata(folder: Path) -> dict[str, dict]:
@@ -174,15 +192,17 @@ def _merge(repo: Path, base: str, head: str, diff_path: Path, number: str) -> tu
         if proc.returncode != 0:
             why = proc.stderr.decode(errors="replace").strip().splitlines()
             return "does not apply to this PR's base, merge not tried (" + (
-                why[0] if why else "git apply failed") + ")", []
+                why[0] if why else "git apply failed"
+            ) + ")", []
         tree = git.git(repo, "write-tree", env=env).strip()
-    who = {"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
-           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
-           "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
-    theirs = git.git(repo, "commit-tree", tree, "-p", base, "-m", f"PR #{number}",
-                     env=who).strip()
-    proc = git.run(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages",
-                   head, theirs)
+    who = {
+        "GIT_AUTHOR_NAME": git.COMMITTER[0],
+        "GIT_AUTHOR_EMAIL": git.COMMITTER[1],
+        "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+    }
+    theirs = git.git(repo, "commit-tree", tree, "-p", base, "-m", f"PR #{number}", env=who).strip()
+    proc = git.run(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", head, theirs)
     out = proc.stdout.decode(errors="replace").splitlines()
     if proc.returncode == 0:
         return "merges cleanly", []
@@ -192,8 +212,9 @@ def _merge(repo: Path, base: str, head: str, diff_path: Path, number: str) -> tu
     return "merge not tried (git merge-tree --write-tree needs git >= 2.38)", []
 
 
-def check_all(repo: Path, base: str, head: str, review_base: str, keywords: list[str],
-              folder: Path) -> tuple[Ours, list[Finding]]:
+def check_all(
+    repo: Path, base: str, head: str, review_base: str, keywords: list[str], folder: Path
+) -> tuple[Ours, list[Finding]]:
     if not folder.is_dir():
         raise FileNotFoundError(f"--others {folder} is not a folder")
     us = ours(repo, review_base, head)
@@ -227,12 +248,15 @@ def render(us: Ours, findings: list[Finding], keywords: list[str], folder: Path)
     more = f" and {len(us.symbols) - 20} more" if len(us.symbols) > 20 else ""
     lines = [
         f"**Not a duplicate.** Checked offline against {len(findings)} other open PR(s) "
-        f"(`{folder.name}/N.diff`, as `gh pr diff N` prints them) in four ways:", "",
+        f"(`{folder.name}/N.diff`, as `gh pr diff N` prints them) in four ways:",
+        "",
         "- full file lists;",
         "- functions: Python by the enclosing def / class from the AST, C++ / CUDA by the "
         f"hunk headers; and this PR's symbols searched in their changed lines ({symbols}{more});",
         "- a three-way merge of each with this branch (`git merge-tree --write-tree`);",
-        "- keywords: " + (", ".join(keywords) if keywords else "(none given)") + ".", ""]
+        "- keywords: " + (", ".join(keywords) if keywords else "(none given)") + ".",
+        "",
+    ]
     hits = [f for f in findings if f.overlaps]
     if hits:
         lines.append("Findings:")
@@ -245,8 +269,11 @@ def render(us: Ours, findings: list[Finding], keywords: list[str], folder: Path)
             parts.append("same functions " + ", ".join(f"`{x}`" for x in f.functions))
         if f.symbols:
             parts.append("their changed lines name " + ", ".join(f"`{s}`" for s in f.symbols))
-        parts.append("merge: " + f.merge + (" in " + ", ".join(f"`{c}`" for c in f.conflicts)
-                                            if f.conflicts else ""))
+        parts.append(
+            "merge: "
+            + f.merge
+            + (" in " + ", ".join(f"`{c}`" for c in f.conflicts) if f.conflicts else "")
+        )
         if f.keywords:
             parts.append("keywords " + ", ".join(f.keywords))
         title = f" ({f.title})" if f.title else ""
@@ -257,8 +284,9 @@ def render(us: Ours, findings: list[Finding], keywords: list[str], folder: Path)
     return "\n".join(lines)
 
 
-def check(repo: Path, base: str, head: str | None, review_base: str, keywords: list[str],
-          folder: Path) -> str:
+def check(
+    repo: Path, base: str, head: str | None, review_base: str, keywords: list[str], folder: Path
+) -> str:
     assert head
     us, findings = check_all(repo, base, head, review_base, keywords, folder)
     return render(us, findings, keywords, folder)

@@ -27,8 +27,10 @@ _LOCKED = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 def stale_lock(path: str) -> str:
     """What to do about a git lock file that is in the way."""
-    return (f"{path} exists: a git is running in that repository, or one was killed "
-            "there; if none is running, remove that file and run this again")
+    return (
+        f"{path} exists: a git is running in that repository, or one was killed "
+        "there; if none is running, remove that file and run this again"
+    )
 
 
 def failed(what: str, proc: subprocess.CompletedProcess) -> ToolkitError:
@@ -36,6 +38,9 @@ def failed(what: str, proc: subprocess.CompletedProcess) -> ToolkitError:
     a lock file in the way is named with what to do (git's last line is not)."""
     if m := _LOCKED.search(_text(proc.stderr)):
         return ToolkitError(f"{what} failed: {stale_lock(m.group(1))}")
-    reason = last_line(proc.stderr) if proc.stderr and last_line(proc.stderr, "") else \
-        last_line(proc.stdout, f"exit status {proc.returncode}")
+    reason = (
+        last_line(proc.stderr)
+        if proc.stderr and last_line(proc.stderr, "")
+        else last_line(proc.stdout, f"exit status {proc.returncode}")
+    )
     return ToolkitError(f"{what} failed: {reason}")

@@ -112,12 +112,18 @@ def _command(repo: Path | None, args: tuple[str, ...]) -> list[str]:
 
 
 def run(
-    repo: Path | None, *args: str, input: bytes | None = None,
-    env: dict[str, str] | None = None, capture: bool = True, isolated: bool = True,
+    repo: Path | None,
+    *args: str,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    capture: bool = True,
+    isolated: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run git; the caller reads the return code (see :func:`git`)."""
     return subprocess.run(
-        _command(repo, args), input=input, env=git_env(env, isolated),
+        _command(repo, args),
+        input=input,
+        env=git_env(env, isolated),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
     )
@@ -125,8 +131,9 @@ def run(
 
 def popen(repo: Path | None, *args: str) -> subprocess.Popen:
     """git with a pipe to its stdin (fast-import), stable settings as above."""
-    return subprocess.Popen(_command(repo, args), stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=git_env())
+    return subprocess.Popen(
+        _command(repo, args), stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=git_env()
+    )
 
 
 def version() -> tuple[int, int]:
@@ -184,8 +191,11 @@ def operation_in_progress(repo: Path) -> str | None:
         return "rebase" if (path / "rebase-apply" / "rebasing").exists() else "am"
     if (path / "rebase-merge").exists():
         return "rebase"
-    for name, op in (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"),
-                     ("REVERT_HEAD", "revert")):
+    for name, op in (
+        ("MERGE_HEAD", "merge"),
+        ("CHERRY_PICK_HEAD", "cherry-pick"),
+        ("REVERT_HEAD", "revert"),
+    ):
         if (path / name).exists():
             return op
     return None

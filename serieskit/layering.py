@@ -61,8 +61,7 @@ def counts(root: Path, script: Path) -> Counts:
     ``script --json`` (files whose counts are both zero are absent)."""
     if not script.is_file():
         raise ToolkitError(
-            f"no layering check at {script}: apply the series first "
-            f"(it carries {SCRIPT})"
+            f"no layering check at {script}: apply the series first (it carries {SCRIPT})"
         )
     proc = subprocess.run(
         [sys.executable, str(script), "--json", "--root", str(root)],
@@ -124,8 +123,9 @@ def check(
     return failing, lines
 
 
-def check_series(tree: Path, base: str, script: Path, declared: dict[str, str],
-                 ref: str | None = None, log=print) -> bool:
+def check_series(
+    tree: Path, base: str, script: Path, declared: dict[str, str], ref: str | None = None, log=print
+) -> bool:
     """check-layering of the work tree against its base commit (and ``ref``,
     see :func:`check`); an increase passes when a patch declares it
     (``declared``: path -> reason). Returns whether the check passed."""

@@ -50,37 +50,75 @@ LOCAL_STAGES = {"pre-commit", "commit"}  # what a contributor's commit runs
 
 # The hook definitions of GitHub repositories whose tool is on PyPI: package,
 # then per hook id the fields of the repository's .pre-commit-hooks.yaml.
-_RUFF_CHECK = {"entry": "ruff check --force-exclude", "types_or": ["python", "pyi", "jupyter"],
-               "require_serial": True}
+_RUFF_CHECK = {
+    "entry": "ruff check --force-exclude",
+    "types_or": ["python", "pyi", "jupyter"],
+    "require_serial": True,
+}
 PYPI_HOOKS: dict[str, tuple[str, dict[str, dict]]] = {
-    "https://github.com/astral-sh/ruff-pre-commit": ("ruff", {
-        "ruff": _RUFF_CHECK,
-        "ruff-check": _RUFF_CHECK,
-        "ruff-format": {"entry": "ruff format --force-exclude",
-                        "types_or": ["python", "pyi", "jupyter"], "require_serial": True},
-    }),
-    "https://github.com/pre-commit/mirrors-clang-format": ("clang-format", {
-        "clang-format": {"entry": "clang-format -i", "args": ["-style=file"],
-                         "types_or": ["c++", "c", "c#", "cuda", "java", "javascript", "json",
-                                      "objective-c", "proto", "textproto"]},
-    }),
-    "https://github.com/crate-ci/typos": ("typos", {
-        "typos": {"entry": "typos", "args": ["--write-changes"], "types": ["text"]},
-    }),
-    "https://github.com/pre-commit/mirrors-mypy": ("mypy", {
-        "mypy": {"entry": "mypy", "types_or": ["python", "pyi"], "require_serial": True,
-                 "args": ["--ignore-missing-imports", "--scroll-output"]},
-    }),
+    "https://github.com/astral-sh/ruff-pre-commit": (
+        "ruff",
+        {
+            "ruff": _RUFF_CHECK,
+            "ruff-check": _RUFF_CHECK,
+            "ruff-format": {
+                "entry": "ruff format --force-exclude",
+                "types_or": ["python", "pyi", "jupyter"],
+                "require_serial": True,
+            },
+        },
+    ),
+    "https://github.com/pre-commit/mirrors-clang-format": (
+        "clang-format",
+        {
+            "clang-format": {
+                "entry": "clang-format -i",
+                "args": ["-style=file"],
+                "types_or": [
+                    "c++",
+                    "c",
+                    "c#",
+                    "cuda",
+                    "java",
+                    "javascript",
+                    "json",
+                    "objective-c",
+                    "proto",
+                    "textproto",
+                ],
+            },
+        },
+    ),
+    "https://github.com/crate-ci/typos": (
+        "typos",
+        {
+            "typos": {"entry": "typos", "args": ["--write-changes"], "types": ["text"]},
+        },
+    ),
+    "https://github.com/pre-commit/mirrors-mypy": (
+        "mypy",
+        {
+            "mypy": {
+                "entry": "mypy",
+                "types_or": ["python", "pyi"],
+                "require_serial": True,
+                "args": ["--ignore-missing-imports", "--scroll-output"],
+            },
+        },
+    ),
 }
 
 # Hooks that cannot run here, by repository and by local hook id.
 NOT_RUN_REPOS = {
-    "https://github.com/DavidAnson/markdownlint-cli2":
-        "a node hook that pre-commit builds from its GitHub repository with npm (offline here)",
-    "https://github.com/rhysd/actionlint":
-        "a Go hook that pre-commit builds from its GitHub repository (offline here)",
-    "https://github.com/astral-sh/uv-pre-commit":
-        "uv pip compile resolves requirements against the package index (needs the network)",
+    "https://github.com/DavidAnson/markdownlint-cli2": (
+        "a node hook that pre-commit builds from its GitHub repository with npm (offline here)"
+    ),
+    "https://github.com/rhysd/actionlint": (
+        "a Go hook that pre-commit builds from its GitHub repository (offline here)"
+    ),
+    "https://github.com/astral-sh/uv-pre-commit": (
+        "uv pip compile resolves requirements against the package index (needs the network)"
+    ),
 }
 NEEDS_ON_PATH = {  # local hook id -> the program its script needs
     "shellcheck": "shellcheck",
@@ -117,8 +155,10 @@ def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
             hooks.append(entry)
             stages = _stages(hook, default)
             if not stages & (LOCAL_STAGES | {STAGE}):
-                entry.verdict = (f"not run: stage {', '.join(sorted(stages))} only "
-                                 "(acts on a commit being made; lint makes none)")
+                entry.verdict = (
+                    f"not run: stage {', '.join(sorted(stages))} only "
+                    "(acts on a commit being made; lint makes none)"
+                )
             elif url in ("local", "meta"):
                 program = NEEDS_ON_PATH.get(hook["id"])
                 if program and not which(program):
@@ -128,15 +168,25 @@ def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
             elif url in PYPI_HOOKS and hook["id"] in PYPI_HOOKS[url][1]:
                 package, defs = PYPI_HOOKS[url]
                 pin = f"{package}=={version_of(repo['rev'])}"
-                local.append({"name": hook["id"], **defs[hook["id"]], **hook,
-                              "language": "python", "stages": [STAGE],
-                              "additional_dependencies": [pin, *hook.get(
-                                  "additional_dependencies", [])]})
+                local.append(
+                    {
+                        "name": hook["id"],
+                        **defs[hook["id"]],
+                        **hook,
+                        "language": "python",
+                        "stages": [STAGE],
+                        "additional_dependencies": [pin, *hook.get("additional_dependencies", [])],
+                    }
+                )
             else:
                 entry.verdict = "not run: " + NOT_RUN_REPOS.get(
-                    url, f"no PyPI build of {url} known to the toolkit")
-    offline = {k: v for k, v in config.items()
-               if k not in ("repos", "default_stages", "default_install_hook_types")}
+                    url, f"no PyPI build of {url} known to the toolkit"
+                )
+    offline = {
+        k: v
+        for k, v in config.items()
+        if k not in ("repos", "default_stages", "default_install_hook_types")
+    }
     offline["repos"] = [{"repo": "local", "hooks": local}] if local else []
     return offline, hooks
 
@@ -157,8 +207,10 @@ def write_offline_config(tree: Path, dest: Path) -> list[Hook]:
     return hooks
 
 
-_RESULT = re.compile(r"^(?P<name>.*?)\.*(?:\((?P<why>[^()]*)\))?"
-                     r"(?P<status>Passed|Failed|Skipped)$")
+_RESULT = re.compile(
+    r"^(?P<name>.*?)\.*(?:\((?P<why>[^()]*)\))?"
+    r"(?P<status>Passed|Failed|Skipped)$"
+)
 _HOOK_ID = re.compile(r"^- hook id: (?P<id>\S+)$")
 
 
@@ -207,12 +259,32 @@ def pre_commit_home() -> Path:
 
 
 def pre_commit(tree: Path, config: Path, *args: str) -> str:
-    env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home()),
-           "SKIP": "", "PRE_COMMIT_COLOR": "never"}
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(pre_commit_home()),
+        "SKIP": "",
+        "PRE_COMMIT_COLOR": "never",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "run", "--config", str(config),
-         "--hook-stage", STAGE, "--verbose", "--color", "never", *args],
-        cwd=tree, capture_output=True, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "pre_commit",
+            "run",
+            "--config",
+            str(config),
+            "--hook-stage",
+            STAGE,
+            "--verbose",
+            "--color",
+            "never",
+            *args,
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     if proc.returncode not in (0, 1) or ("- hook id:" not in out and proc.returncode):
         raise ToolkitError(f"pre-commit failed to run: {out.strip()[-400:]}")
@@ -225,15 +297,17 @@ _MYPY_ERROR = re.compile(r"^(?P<path>[^:\s]+\.pyi?):\d+:(?:\d+:)? error: (?P<msg
 def mypy_errors(output: str) -> set[tuple[str, str]]:
     """(path, message) of each mypy error, without line numbers: lines move
     between the base and the series, the errors do not."""
-    return {(m["path"], m["msg"]) for line in output.splitlines()
-            if (m := _MYPY_ERROR.match(line))}
+    return {(m["path"], m["msg"]) for line in output.splitlines() if (m := _MYPY_ERROR.match(line))}
 
 
 def new_mypy_error_lines(output: str, new: set[tuple[str, str]]) -> list[str]:
     """mypy's own lines (path:line: error: ...) of the errors in ``new``, so
     that each can be found; the comparison with the base ignores the line."""
-    return [line for line in output.splitlines()
-            if (m := _MYPY_ERROR.match(line)) and (m["path"], m["msg"]) in new]
+    return [
+        line
+        for line in output.splitlines()
+        if (m := _MYPY_ERROR.match(line)) and (m["path"], m["msg"]) in new
+    ]
 
 
 def changed_files(tree: Path, base: str, head: str = "HEAD") -> list[str]:
@@ -241,11 +315,16 @@ def changed_files(tree: Path, base: str, head: str = "HEAD") -> list[str]:
     return out.split()
 
 
-def base_mypy_errors(repo: Path, work: Path, config: Path, base: str,
-                     hook_id: str, files: list[str]) -> set[tuple[str, str]]:
+def base_mypy_errors(
+    repo: Path, work: Path, config: Path, base: str, hook_id: str, files: list[str]
+) -> set[tuple[str, str]]:
     """The same hook's errors on the base's version of the same files."""
-    existing = [f for f in files if f.endswith((".py", ".pyi"))
-                and git.run(repo, "cat-file", "-e", f"{base}:{f}").returncode == 0]
+    existing = [
+        f
+        for f in files
+        if f.endswith((".py", ".pyi"))
+        and git.run(repo, "cat-file", "-e", f"{base}:{f}").returncode == 0
+    ]
     if not existing:
         return set()
     tree = _checkout(repo, work / "base", base)
@@ -267,8 +346,9 @@ def table(hooks: list[Hook]) -> list[str]:
     return [f"  {h.id:<{width}}  {h.verdict}" for h in hooks]
 
 
-def run(repo: Path, work: Path, base: str, layering_check=None, log=print,
-        commit: str = "HEAD") -> list[str]:
+def run(
+    repo: Path, work: Path, base: str, layering_check=None, log=print, commit: str = "HEAD"
+) -> list[str]:
     """Lint ``commit`` of ``repo`` (the series head) against ``base`` with
     that commit's own config; print each hook's verdict and return the hooks
     that failed. ``layering_check`` (``() -> bool``) is the base-vs-head
@@ -277,8 +357,9 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print,
     head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
     hooks = write_offline_config(head, config)
     log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
-    _verdicts(hooks, parse_results(
-        pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD")))
+    _verdicts(
+        hooks, parse_results(pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD"))
+    )
     files = changed_files(repo, base, commit)
     for hook in hooks:
         if hook.verdict != "failed":
@@ -315,8 +396,10 @@ def precommit_changed(tree: Path, work: Path, lower: str, head: str, log=print) 
 
 def require_tools() -> None:
     for mod in ("pre_commit", "yaml"):
-        if subprocess.run([sys.executable, "-c", f"import {mod}"],
-                          capture_output=True).returncode != 0:
+        if (
+            subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True).returncode
+            != 0
+        ):
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
 
 
@@ -338,8 +421,9 @@ def session(where, log=print) -> None:
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
         ref = t.commit if t.commit and t.commit != base_commit else None
-        return layering.check_series(tree, base_commit, script,
-                                     series.layering_acknowledged(t), ref, log=log)
+        return layering.check_series(
+            tree, base_commit, script, series.layering_acknowledged(t), ref, log=log
+        )
 
     failed = run(tree, t.out("lint"), base_commit, layering_check, log)
     if failed:

@@ -35,14 +35,36 @@ FA_DIR = "vllm/vllm_flash_attn/"
 FA_SKIP = "_vllm_fa2_C.abi3.so"  # never loaded on this path; 140 MB
 # What the GPU image (Python 3.12, torch 2.11) lacks for the pinned vLLM's engine.
 GPU_WHEELS = (
-    "cbor2", "pyzmq", "openai-harmony", "openai<3", "msgspec", "pybase64", "cachetools",
-    "llguidance>=1.7,<1.8", "xgrammar==0.2.8", "apache-tvm-ffi", "fastapi>=0.133,<0.137",
-    "partial-json-parser", "pydantic", "pydantic-core", "annotated-types",
-    "typing-inspection", "starlette", "jiter", "distro", "sniffio", "blake3", "depyf",
-    "astor", "dill", "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
+    "cbor2",
+    "pyzmq",
+    "openai-harmony",
+    "openai<3",
+    "msgspec",
+    "pybase64",
+    "cachetools",
+    "llguidance>=1.7,<1.8",
+    "xgrammar==0.2.8",
+    "apache-tvm-ffi",
+    "fastapi>=0.133,<0.137",
+    "partial-json-parser",
+    "pydantic",
+    "pydantic-core",
+    "annotated-types",
+    "typing-inspection",
+    "starlette",
+    "jiter",
+    "distro",
+    "sniffio",
+    "blake3",
+    "depyf",
+    "astor",
+    "dill",
+    "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
 )
 GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
-    "manylinux2014_x86_64", "manylinux1_x86_64"]
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 
 
 def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
@@ -53,14 +75,24 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
     shutil.copytree(tree / "vllm", dest, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     if module is not None and module.exists():
         shutil.copy2(module, dest / module.name)
-    log(f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
-        + (f", {module.name}" if module is not None and module.exists() else "") + ")")
+    log(
+        f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
+        + (f", {module.name}" if module is not None and module.exists() else "")
+        + ")"
+    )
     return out
 
 
-def pack_gpu(tree: Path, out: Path, version: str, commit: str,
-             extra: tuple[str, ...] | list[str] = (), log=print, tree_id: str = "?",
-             files: dict[str, str] | None = None) -> None:
+def pack_gpu(
+    tree: Path,
+    out: Path,
+    version: str,
+    commit: str,
+    extra: tuple[str, ...] | list[str] = (),
+    log=print,
+    tree_id: str = "?",
+    files: dict[str, str] | None = None,
+) -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
     wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
@@ -72,8 +104,10 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
     with zipfile.ZipFile(wheel) as z:
         if fresh:  # part1 depends on the wheel alone: made once
             log(f"gpu: compressing {CORE} (about a minute)")
-            with z.open(CORE) as src, lzma.open(p1 / (Path(CORE).name + ".xz"), "wb",
-                                                preset=6) as dst:
+            with (
+                z.open(CORE) as src,
+                lzma.open(p1 / (Path(CORE).name + ".xz"), "wb", preset=6) as dst,
+            ):
                 shutil.copyfileobj(src, dst, 1 << 20)
             source.write_text(wheel_sha + "\n")
         with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
@@ -84,18 +118,27 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
-        tar.add(tree / "vllm", arcname="vllm", filter=lambda ti: (
-            None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti))
+        tar.add(
+            tree / "vllm",
+            arcname="vllm",
+            filter=lambda ti: (None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti),
+        )
         for path in extra:
             if (tree / path).exists():
-                tar.add(tree / path, arcname=path,
-                        filter=lambda ti: None if "__pycache__" in ti.name else ti)
+                tar.add(
+                    tree / path,
+                    arcname=path,
+                    filter=lambda ti: None if "__pycache__" in ti.name else ti,
+                )
         # What the results files name (serieskit.results): the commit, the
         # tree (the content, whatever the commit ids), the release it sits on
         # and the blob of every file the series changes.
-        for name, value in (("SERIES_COMMIT", commit), ("SERIES_TREE", tree_id),
-                            ("BASE_VERSION", version),
-                            ("SERIES_FILES", json.dumps(files or {}, sort_keys=True))):
+        for name, value in (
+            ("SERIES_COMMIT", commit),
+            ("SERIES_TREE", tree_id),
+            ("BASE_VERSION", version),
+            ("SERIES_FILES", json.dumps(files or {}, sort_keys=True)),
+        ):
             stamp = f"{value}\n".encode()
             info_ = tarfile.TarInfo(name)
             info_.size = len(stamp)
@@ -105,9 +148,26 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
     whl.mkdir()
     plats = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.12", "--implementation", "cp", *plats, "-d", str(whl),
-         *GPU_WHEELS], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *plats,
+            "-d",
+            str(whl),
+            *GPU_WHEELS,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise failed("gpu: downloading the wheels the GPU image lacks", proc)
     for part in (p1, p2):
@@ -115,9 +175,13 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
         if size > 60 * 2**20:
             raise ToolkitError(f"gpu: {part} is {size / 2**20:.0f} MiB, over what one run takes")
-    (out / "MANIFEST.sha256").write_text("".join(
-        f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(out)}\n"
-        for f in sorted(out.rglob("*")) if f.is_file() and f.name != "MANIFEST.sha256"))
+    (out / "MANIFEST.sha256").write_text(
+        "".join(
+            f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(out)}\n"
+            for f in sorted(out.rglob("*"))
+            if f.is_file() and f.name != "MANIFEST.sha256"
+        )
+    )
 
 
 def session(where: Path | Target, gpu: bool = False, log=print) -> None:
@@ -133,5 +197,6 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
         extra = ["csrc/sm7x", *series.test_files(t)]
         block = claims.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
-        pack_gpu(tree, dest, t.version, head, extra, log=log,
-                 tree_id=block["tree"], files=block["files"])
+        pack_gpu(
+            tree, dest, t.version, head, extra, log=log, tree_id=block["tree"], files=block["files"]
+        )

@@ -80,17 +80,30 @@ def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
             raise ToolkitError(f"[[pr]] {entry.get('name', '?')} lacks {', '.join(missing)}")
         unknown = [p for p in entry["patches"] if p not in names]
         if unknown:
-            raise ToolkitError(f"[[pr]] {entry['name']} names patches without a [[patch]] entry: "
-                               + ", ".join(unknown))
+            raise ToolkitError(
+                f"[[pr]] {entry['name']} names patches without a [[patch]] entry: "
+                + ", ".join(unknown)
+            )
         try:
             cl = [claims.Claim.from_manifest(c) for c in entry.get("claim", [])]
         except ValueError as e:
             raise ToolkitError(f"[[pr]] {entry['name']}: {e}") from None
-        groups.append(Group(entry["name"], entry["title"], list(entry["patches"]),
-                            list(entry.get("depends", [])), entry["text"],
-                            list(entry.get("keywords", [])), cl, list(entry.get("path", [])),
-                            dict(entry.get("contract", {})), entry.get("ab"),
-                            dict(entry.get("changed_since", {})), entry.get("rfc")))
+        groups.append(
+            Group(
+                entry["name"],
+                entry["title"],
+                list(entry["patches"]),
+                list(entry.get("depends", [])),
+                entry["text"],
+                list(entry.get("keywords", [])),
+                cl,
+                list(entry.get("path", [])),
+                dict(entry.get("contract", {})),
+                entry.get("ab"),
+                dict(entry.get("changed_since", {})),
+                entry.get("rfc"),
+            )
+        )
     seen: dict[str, str] = {}
     for g in groups:
         for p in g.patches:
@@ -98,8 +111,10 @@ def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
                 raise ToolkitError(f"patch {p} is in two pull requests: {seen[p]} and {g.name}")
             seen[p] = g.name
         if len(g.depends) > 1:
-            raise ToolkitError(f"[[pr]] {g.name} depends on {len(g.depends)} pull requests: a "
-                               "fork PR stacks on one (name the upper one of a chain)")
+            raise ToolkitError(
+                f"[[pr]] {g.name} depends on {len(g.depends)} pull requests: a "
+                "fork PR stacks on one (name the upper one of a chain)"
+            )
     return groups
 
 
@@ -144,7 +159,8 @@ def onto_target(root: Path, onto: str | None) -> Target:
         return target.port(root, m.group(1))
     raise ToolkitError(
         f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
-        f"(.work/vllm); port it first (a [[port]] in pin.toml, README: the port)")
+        f"(.work/vllm); port it first (a [[port]] in pin.toml, README: the port)"
+    )
 
 
 def series_commits(repo, base_commit: str) -> dict[str, Any]:
@@ -162,8 +178,11 @@ def series_commits(repo, base_commit: str) -> dict[str, Any]:
 
 def resign_message(message: str, signoff: str) -> str:
     """Strip the toolkit's trailers; append the contributor's sign-off once."""
-    lines = [line for line in message.rstrip("\n").split("\n")
-             if line.strip() != PLACEHOLDER and not line.startswith(f"{series.NAME_TRAILER}:")]
+    lines = [
+        line
+        for line in message.rstrip("\n").split("\n")
+        if line.strip() != PLACEHOLDER and not line.startswith(f"{series.NAME_TRAILER}:")
+    ]
     while lines and not lines[-1].strip():
         lines.pop()
     sob = f"Signed-off-by: {signoff}"
@@ -177,7 +196,7 @@ def resign_message(message: str, signoff: str) -> str:
 
 def _identity(signoff: str) -> tuple[str, str]:
     if not SIGNOFF.match(signoff):
-        raise ToolkitError(f"--signoff takes \"Name <mail>\", not {signoff!r}")
+        raise ToolkitError(f'--signoff takes "Name <mail>", not {signoff!r}')
     name, mail = signoff[:-1].split(" <")
     return name.strip(), mail.strip()
 
@@ -197,22 +216,49 @@ class Built:
 def _pick(root: Path, wt: Path, commit, exclude: list[str], signoff: str) -> str | None:
     """One series commit onto the worktree's HEAD, re-signed; its problem or None."""
     spec = [":(exclude)" + p for p in exclude]
-    mbox = git.git(wt, *series.FORMAT_PATCH_ARGS[:1], "--stdout", "-1",
-                   *series.FORMAT_PATCH_ARGS[1:], commit.hexsha, "--", ".", *spec)
+    mbox = git.git(
+        wt,
+        *series.FORMAT_PATCH_ARGS[:1],
+        "--stdout",
+        "-1",
+        *series.FORMAT_PATCH_ARGS[1:],
+        commit.hexsha,
+        "--",
+        ".",
+        *spec,
+    )
     if "\ndiff --git " not in mbox:
         return None  # only left-out files
     name, mail = _identity(signoff)
     date = commit.authored_datetime.isoformat()
     who = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": mail, "GIT_COMMITTER_DATE": date}
-    proc = git.run(wt, "am", "--3way", "--no-gpg-sign",
-                   "--committer-date-is-author-date", input=mbox.encode(), env=who)
+    proc = git.run(
+        wt,
+        "am",
+        "--3way",
+        "--no-gpg-sign",
+        "--committer-date-is-author-date",
+        input=mbox.encode(),
+        env=who,
+    )
     if proc.returncode != 0:
         git.run(wt, "am", "--abort")
         out = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()
         return f"{commit.summary} does not apply: " + " | ".join(out[-3:])
     message = resign_message(commit.message, signoff)
-    git.git(wt, "commit", "-q", "--amend", "--no-verify", "--allow-empty", "-F", "-",
-            f"--author={name} <{mail}>", input=message.encode(), env=who)
+    git.git(
+        wt,
+        "commit",
+        "-q",
+        "--amend",
+        "--no-verify",
+        "--allow-empty",
+        "-F",
+        "-",
+        f"--author={name} <{mail}>",
+        input=message.encode(),
+        env=who,
+    )
     return None
 
 
@@ -225,8 +271,9 @@ def _versions(repo, name: str) -> dict[int, str]:
     return out
 
 
-def build_branches(t: Target, tree: Path, groups: list[Group], signoff: str,
-                   version: int | None, log=print) -> dict[str, Built]:
+def build_branches(
+    t: Target, tree: Path, groups: list[Group], signoff: str, version: int | None, log=print
+) -> dict[str, Built]:
     gp = _gitpython()
     repo = gp.Repo(tree)
     state = State.load(t)
@@ -235,11 +282,18 @@ def build_branches(t: Target, tree: Path, groups: list[Group], signoff: str,
     commits = series_commits(repo, base_commit)
     grouped = {p for g in groups for p in g.patches}
     toolkit = [name for name in commits if name not in grouped]
-    exclude = sorted({d.b_path or d.a_path for name in toolkit
-                      for d in commits[name].parents[0].diff(commits[name])})
+    exclude = sorted(
+        {
+            d.b_path or d.a_path
+            for name in toolkit
+            for d in commits[name].parents[0].diff(commits[name])
+        }
+    )
     if toolkit:
-        log(f"pr: {', '.join(toolkit)} in no pull request (toolkit-only); their files are left "
-            f"out of every commit: {', '.join(exclude)}")
+        log(
+            f"pr: {', '.join(toolkit)} in no pull request (toolkit-only); their files are left "
+            f"out of every commit: {', '.join(exclude)}"
+        )
     wt = t.out("pr") / ".worktree"
     git.run(tree, "worktree", "remove", "--force", str(wt))
     git.run(tree, "worktree", "prune")
@@ -253,7 +307,8 @@ def build_branches(t: Target, tree: Path, groups: list[Group], signoff: str,
             lower = built[st[g.name][-2].name] if len(st[g.name]) > 1 else None
             if lower and lower.head is None:
                 b.problems.append(
-                    f"the pull request it stacks on ({lower.group.name}) did not build")
+                    f"the pull request it stacks on ({lower.group.name}) did not build"
+                )
                 continue
             b.lower = lower.head if lower else None
             git.git(wt, "checkout", "-q", "--detach", b.lower or base_commit)
@@ -271,14 +326,20 @@ def build_branches(t: Target, tree: Path, groups: list[Group], signoff: str,
             if b.problems:
                 continue
             b.head = head = git.rev(wt, "HEAD") or ""
-            b.own = [(c.hexsha, c.summary) for c in
-                     gp.Repo(wt).iter_commits(f"{b.lower or base_commit}..{b.head}", reverse=True)]
+            b.own = [
+                (c.hexsha, c.summary)
+                for c in gp.Repo(wt).iter_commits(
+                    f"{b.lower or base_commit}..{b.head}", reverse=True
+                )
+            ]
             have = _versions(repo, g.name)
             if version is not None:
                 n = version
                 if n in have and have[n] != b.head:
-                    raise ToolkitError(f"{REF}/{g.name}/v{n} exists with other commits: pick "
-                                       "another --version (or leave it out for the next one)")
+                    raise ToolkitError(
+                        f"{REF}/{g.name}/v{n} exists with other commits: pick "
+                        "another --version (or leave it out for the next one)"
+                    )
             elif have and have[max(have)] == b.head:
                 n = max(have)
             else:
@@ -324,17 +385,32 @@ def empty_sections(body: str) -> list[str]:
     return out
 
 
-def run_checks(t: Target, tree: Path, b: Built, body: str, checked: list[claims.Checked],
-               signoff: str, n_groups: int, stack_len: int, strict: bool = False,
-               log_dir: Path | None = None) -> list[dict]:
+def run_checks(
+    t: Target,
+    tree: Path,
+    b: Built,
+    body: str,
+    checked: list[claims.Checked],
+    signoff: str,
+    n_groups: int,
+    stack_len: int,
+    strict: bool = False,
+    log_dir: Path | None = None,
+) -> list[dict]:
     gp = _gitpython()
     repo = gp.Repo(tree)
     state = State.load(t)
     out: list[dict] = []
 
     def add(name: str, problems: list[str] | None, detail: str = "") -> None:
-        out.append({"check": name, "ok": None if problems is None else not problems,
-                    "problems": problems or [], "detail": detail})
+        out.append(
+            {
+                "check": name,
+                "ok": None if problems is None else not problems,
+                "problems": problems or [],
+                "detail": detail,
+            }
+        )
 
     applies = list(b.problems)
     if b.ref and not applies:
@@ -343,29 +419,45 @@ def run_checks(t: Target, tree: Path, b: Built, body: str, checked: list[claims.
         if b.lower and not repo.is_ancestor(b.lower, b.ref):
             applies.append("the lower pull request's head is not in this branch")
     add("applies to its ref", applies, b.ref or "")
-    add("Signed-off-by of the contributor",
-        check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"])
-    add("title", [] if TITLE.match(b.group.title) else
-        [f"{b.group.title!r} fails vLLM's title check {TITLE.pattern}"])
+    add(
+        "Signed-off-by of the contributor",
+        check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"],
+    )
+    add(
+        "title",
+        []
+        if TITLE.match(b.group.title)
+        else [f"{b.group.title!r} fails vLLM's title check {TITLE.pattern}"],
+    )
     add("template sections", [f"section {s!r} is empty" for s in empty_sections(body)])
     add("claims", list(dict.fromkeys(p for c in checked for p in c.problems)))
-    add(f"at most {MAX_OPEN} pull requests in a stack",
+    add(
+        f"at most {MAX_OPEN} pull requests in a stack",
         [f"{n_groups} pull requests in the set, {stack_len} in this stack"]
-        if max(n_groups, stack_len) > MAX_OPEN else [])
+        if max(n_groups, stack_len) > MAX_OPEN
+        else [],
+    )
     counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
     rfc = b.group.rfc
-    add(f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
-        [] if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file()) else
-        [f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
-         "it as rfc = \"...\" in its [[pr]]" + (f" ({rfc} is missing)" if rfc else "")],
-        f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""))
-    add("pre-commit on the changed files",
-        *precommit(t, tree, b, state.base or "", strict, log_dir))
+    add(
+        f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
+        []
+        if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file())
+        else [
+            f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
+            'it as rfc = "..." in its [[pr]]' + (f" ({rfc} is missing)" if rfc else "")
+        ],
+        f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""),
+    )
+    add(
+        "pre-commit on the changed files", *precommit(t, tree, b, state.base or "", strict, log_dir)
+    )
     return out
 
 
-def precommit(t: Target, tree: Path, b: Built, base_commit: str, strict: bool,
-              log_dir: Path | None = None) -> tuple[list[str] | None, str]:
+def precommit(
+    t: Target, tree: Path, b: Built, base_commit: str, strict: bool, log_dir: Path | None = None
+) -> tuple[list[str] | None, str]:
     """(problems or None when not run, detail): the PR head's own pre-commit
     config on its commits (:func:`serieskit.lint.precommit_changed`), the log
     in ``pre-commit.txt`` beside its body (``.work/pr/<name>/``). Without
@@ -382,8 +474,9 @@ def precommit(t: Target, tree: Path, b: Built, base_commit: str, strict: bool,
     except ToolkitError as e:
         return ([f"not run: {e}"] if strict else None), f"not run: {e}"
     lines: list[str] = []
-    failed = lint.precommit_changed(tree, t.out("lint") / "pr", b.lower or base_commit,
-                                    b.head, log=lines.append)
+    failed = lint.precommit_changed(
+        tree, t.out("lint") / "pr", b.lower or base_commit, b.head, log=lines.append
+    )
     dest = (log_dir or t.out("pr") / b.group.name) / "pre-commit.txt"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("\n".join(lines) + "\n")
@@ -418,15 +511,27 @@ def head_blobs(tree: Path, heads: list[str], paths: list[str]) -> dict[str, set[
     return out
 
 
-def session(root: Path, onto: str | None, signoff: str | None, version: int | None = None,
-            others: Path | None = None, check: bool = False, manifest: Path | None = None,
-            out_dir: Path | None = None, push: bool = False, remote: str | None = None,
-            gh: bool = False, log=print) -> dict[str, list[dict]]:
+def session(
+    root: Path,
+    onto: str | None,
+    signoff: str | None,
+    version: int | None = None,
+    others: Path | None = None,
+    check: bool = False,
+    manifest: Path | None = None,
+    out_dir: Path | None = None,
+    push: bool = False,
+    remote: str | None = None,
+    gh: bool = False,
+    log=print,
+) -> dict[str, list[dict]]:
     from serieskit import prbody
 
     if not signoff:
-        raise ToolkitError("pr needs --signoff \"Name <mail>\": every commit is re-signed "
-                           "with the contributor's identity")
+        raise ToolkitError(
+            'pr needs --signoff "Name <mail>": every commit is re-signed '
+            "with the contributor's identity"
+        )
     _identity(signoff)
     t = onto_target(root, onto)
     tree = series.applied_tree(t)
@@ -446,14 +551,31 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
     failed = []
     for g in order(groups):
         b = built[g.name]
-        files = sorted(git.git(tree, "diff", "--name-only", b.lower or state.base, b.head)
-                       .split()) if b.head else []
+        files = (
+            sorted(git.git(tree, "diff", "--name-only", b.lower or state.base, b.head).split())
+            if b.head
+            else []
+        )
         blobs = head_blobs(tree, [b.head, head] if b.head else [head], files)
         checked = [claims.check(root, c, blobs, g.changed_since) for c in g.claims]
-        dup = (duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords,
-                                others) if others and b.head else None)
-        body = prbody.render(root, tree, template.read_text(), g, b, built, st, checked, dup,
-                             state.base_label or "", base=state.base)
+        dup = (
+            duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords, others)
+            if others and b.head
+            else None
+        )
+        body = prbody.render(
+            root,
+            tree,
+            template.read_text(),
+            g,
+            b,
+            built,
+            st,
+            checked,
+            dup,
+            state.base_label or "",
+            base=state.base,
+        )
         dest = out_root / g.name
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "title.txt").write_text(g.title + "\n")
@@ -465,11 +587,32 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
         else:
             rd = f"v{b.version}: no previous version\n"
         (dest / "range-diff.txt").write_text(rd)
-        res = run_checks(t, tree, b, body, checked, signoff, len(groups), len(st[g.name]),
-                         strict=check or push, log_dir=dest)
-        (dest / "check.json").write_text(json.dumps(
-            {"name": g.name, "ref": b.ref, "head": b.head, "version": b.version,
-             "title": g.title, "checks": res}, indent=2) + "\n")
+        res = run_checks(
+            t,
+            tree,
+            b,
+            body,
+            checked,
+            signoff,
+            len(groups),
+            len(st[g.name]),
+            strict=check or push,
+            log_dir=dest,
+        )
+        (dest / "check.json").write_text(
+            json.dumps(
+                {
+                    "name": g.name,
+                    "ref": b.ref,
+                    "head": b.head,
+                    "version": b.version,
+                    "title": g.title,
+                    "checks": res,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         results[g.name] = res
         bad = [c for c in res if c["ok"] is False]
         log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
@@ -477,15 +620,19 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
             for p in c["problems"]:
                 failed.append(f"{g.name}: {c['check']}: {p}")
     if (check or push) and failed:
-        raise ToolkitError("pr --check failed:\n" + "\n".join(f"  {f}" for f in failed)
-                           + ("\n  nothing pushed" if push else ""))
+        raise ToolkitError(
+            "pr --check failed:\n"
+            + "\n".join(f"  {f}" for f in failed)
+            + ("\n  nothing pushed" if push else "")
+        )
     if push:
         publish(tree, [built[g.name] for g in order(groups)], out_root, remote, gh, log)
     return results
 
 
-def publish(tree: Path, built: list[Built], out_root: Path, remote: str | None, gh: bool,
-            log=print) -> None:
+def publish(
+    tree: Path, built: list[Built], out_root: Path, remote: str | None, gh: bool, log=print
+) -> None:
     """The optional last step: push each branch to the fork, open draft PRs."""
     if not remote:
         raise ToolkitError("--push needs --remote (the fork: a URL or a remote's name)")
@@ -495,18 +642,33 @@ def publish(tree: Path, built: list[Built], out_root: Path, remote: str | None, 
         branch = f"series-pr/{b.group.name}-v{b.version}"
         proc = git.run(tree, "push", remote, f"{b.ref}:refs/heads/{branch}", isolated=False)
         if proc.returncode != 0:
-            raise ToolkitError(f"git push of {b.ref} to {remote} failed:\n"
-                               + proc.stderr.decode(errors="replace"))
+            raise ToolkitError(
+                f"git push of {b.ref} to {remote} failed:\n" + proc.stderr.decode(errors="replace")
+            )
         log(f"pr: pushed {b.ref} to {remote} {branch}")
         if gh:
             import subprocess
 
             dest = out_root / b.group.name
-            cmd = ["gh", "pr", "create", "--draft", "--repo", "vllm-project/vllm",
-                   "--base", "main", "--head", branch, "--title", b.group.title,
-                   "--body-file", str(dest / "body.md")]
+            cmd = [
+                "gh",
+                "pr",
+                "create",
+                "--draft",
+                "--repo",
+                "vllm-project/vllm",
+                "--base",
+                "main",
+                "--head",
+                branch,
+                "--title",
+                b.group.title,
+                "--body-file",
+                str(dest / "body.md"),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
-                raise ToolkitError(f"{' '.join(cmd[:4])} for {b.group.name} failed:\n"
-                                   + done.stderr)
+                raise ToolkitError(
+                    f"{' '.join(cmd[:4])} for {b.group.name} failed:\n" + done.stderr
+                )
             log(f"pr: draft {done.stdout.strip()}")

@@ -53,6 +53,7 @@ def fill(template: str, blocks: dict[str, str]) -> str:
 def _table(head: list[str], rows: list[list[str]]) -> str:
     def cell(s: str) -> str:
         return str(s).replace("|", "\\|").replace("\n", " ")
+
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -71,18 +72,25 @@ def _stack(g, b, built, stacks, base_label: str) -> str:
             f"**Stacked PR.** This branch carries the commits of {below}, which must land "
             f"first (fork PRs cannot stack). Please review only the last {len(b.own)} "
             f"commit(s): `git log {(b.lower or '')[:12]}..{b.head[:12]}`, where "
-            f"`{(b.lower or '')[:12]}` is the head of {lower.name}:\n\n{own}")
+            f"`{(b.lower or '')[:12]}` is the head of {lower.name}:\n\n{own}"
+        )
     else:
         lines.append(f"On vLLM {base_label}; the commits to review:\n\n{own}")
     uppers = [n for n, c in stacks.items() if len(c) > 1 and c[-2].name == g.name]
     if uppers:
-        lines.append("Stacked on this one: " + ", ".join(
-            f"{built[n].group.title} ({n})" for n in uppers) + ".")
+        lines.append(
+            "Stacked on this one: "
+            + ", ".join(f"{built[n].group.title} ({n})" for n in uppers)
+            + "."
+        )
     left = sorted({f for fs in b.left_out.values() for f in fs})
     if left:
-        lines.append("The hunks of " + ", ".join(f"`{f}`" for f in left)
-                     + " (the series' own generated reference and tooling, not part of upstream)"
-                     " are left out of these commits.")
+        lines.append(
+            "The hunks of "
+            + ", ".join(f"`{f}`" for f in left)
+            + " (the series' own generated reference and tooling, not part of upstream)"
+            " are left out of these commits."
+        )
     return "\n\n".join(lines)
 
 
@@ -98,8 +106,10 @@ def _claims(checked: list[claims.Checked]) -> str:
     text = _table(["claim", "figure", "machine", "evidence (file, JSON path)"], rows)
     notes = sorted({f"`{p}`: {why}" for c in checked for p, why in c.accepted.items()})
     if notes:
-        text += ("\n\nFiles changed since some of these runs, and why the figures still hold:\n"
-                 + "\n".join(f"- {n}" for n in notes))
+        text += (
+            "\n\nFiles changed since some of these runs, and why the figures still hold:\n"
+            + "\n".join(f"- {n}" for n in notes)
+        )
     return "Figures (each read from the results file named beside it):\n\n" + text
 
 
@@ -142,22 +152,37 @@ def _junit(root: Path, test_file: str) -> dict[str, int] | None:
 
 def _test_plan(root: Path, g, base_label: str) -> str:
     files = _test_files(root, g)
-    lines = ["CPU, as CI runs them (`nox -s test`: one pytest process per file, the patched "
-             f"tree on vLLM {base_label}, torch CPU; GPU cases skip with their reason):", "",
-             "```"] + [f"python -m pytest {f}" for f in files] + ["```"]
+    lines = (
+        [
+            "CPU, as CI runs them (`nox -s test`: one pytest process per file, the patched "
+            f"tree on vLLM {base_label}, torch CPU; GPU cases skip with their reason):",
+            "",
+            "```",
+        ]
+        + [f"python -m pytest {f}" for f in files]
+        + ["```"]
+    )
     runs: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for name, data in _results(root):
         hit = [f for f in data.get("test_files", {}) if f in files]
         if data["kind"] == "tests" and hit:
-            cmds = data.get("commands") or ([data["command"]] if data.get("command") else
-                                            [f"python -m pytest {f}" for f in hit])
+            cmds = data.get("commands") or (
+                [data["command"]] if data.get("command") else [f"python -m pytest {f}" for f in hit]
+            )
             runs.setdefault((data["machine"]["name"], tuple(cmds)), []).append(name)
-    gpu = [f"{machine} ({', '.join(names)}):\n\n```\n" + "\n".join(cmds) + "\n```"
-           for (machine, cmds), names in runs.items()]
+    gpu = [
+        f"{machine} ({', '.join(names)}):\n\n```\n" + "\n".join(cmds) + "\n```"
+        for (machine, cmds), names in runs.items()
+    ]
     if gpu:
-        lines += ["", "On GPUs (no Turing or Volta GPU is available: sm_75 code runs on an H200 "
-                  "through compute_75 PTX; the no-P2P path on two H200 with "
-                  "`NCCL_P2P_DISABLE=1`):", "", "\n\n".join(gpu)]
+        lines += [
+            "",
+            "On GPUs (no Turing or Volta GPU is available: sm_75 code runs on an H200 "
+            "through compute_75 PTX; the no-P2P path on two H200 with "
+            "`NCCL_P2P_DISABLE=1`):",
+            "",
+            "\n\n".join(gpu),
+        ]
     lines += ["", "`pre-commit run --from-ref <base> --to-ref HEAD` on the changed files."]
     return "\n".join(lines)
 
@@ -168,20 +193,35 @@ def _test_results(root: Path, g) -> str:
     for f in files:
         cpu = _junit(root, f)
         if cpu:
-            rows.append([f"`{f}`", "CPU (CI)", str(cpu["passed"]),
-                         str(cpu["failed"] + cpu["errors"]), str(cpu["skipped"]),
-                         "`.work/test-results` (nox -s test)"])
+            rows.append(
+                [
+                    f"`{f}`",
+                    "CPU (CI)",
+                    str(cpu["passed"]),
+                    str(cpu["failed"] + cpu["errors"]),
+                    str(cpu["skipped"]),
+                    "`.work/test-results` (nox -s test)",
+                ]
+            )
         for name, data in _results(root):
             c = data.get("test_files", {}).get(f)
             if data["kind"] == "tests" and c:
                 commit = (data["series"].get("commit") or "?")[:12]
-                rows.append([f"`{f}`", data["machine"]["name"], str(c["passed"]),
-                             str(c["failed"] + c["errors"]), str(c["skipped"]),
-                             f"`{name}` (series {commit}, {data['date']})"])
+                rows.append(
+                    [
+                        f"`{f}`",
+                        data["machine"]["name"],
+                        str(c["passed"]),
+                        str(c["failed"] + c["errors"]),
+                        str(c["skipped"]),
+                        f"`{name}` (series {commit}, {data['date']})",
+                    ]
+                )
     if not rows:
         return "No test results recorded for these files yet."
-    return _table(["test file", "machine", "passed", "failed or errors", "skipped", "evidence"],
-                  rows)
+    return _table(
+        ["test file", "machine", "passed", "failed or errors", "skipped", "evidence"], rows
+    )
 
 
 def _numbers(x: object) -> list[float]:
@@ -203,23 +243,43 @@ def _ab(root: Path, g) -> str:
         peak_v = max(_numbers(a.get("peak_memory_mib")), default="")
         change = s.get("prefill_change_pct", {}).get(name)
         hidden = s.get("penalty_hidden_pct", {}).get(name)
-        rows.append([name, claims.fmt(a.get("prefill_total_mean_s"), "s"),
-                     "" if change is None else claims.fmt(change, "%"),
-                     "" if hidden is None else claims.fmt(hidden, "%"),
-                     claims.fmt(peak_v, "MiB") if peak_v != "" else ""])
+        rows.append(
+            [
+                name,
+                claims.fmt(a.get("prefill_total_mean_s"), "s"),
+                "" if change is None else claims.fmt(change, "%"),
+                "" if hidden is None else claims.fmt(hidden, "%"),
+                claims.fmt(peak_v, "MiB") if peak_v != "" else "",
+            ]
+        )
     if "p2p_on_prefill_total_mean_s" in s:
-        rows.append(["P2P on, reference (ceiling)",
-                     claims.fmt(s["p2p_on_prefill_total_mean_s"], "s"),
-                     claims.fmt((s["p2p_on_prefill_total_mean_s"] / ref - 1) * 100, "%")
-                     if ref else "", "", ""])
+        rows.append(
+            [
+                "P2P on, reference (ceiling)",
+                claims.fmt(s["p2p_on_prefill_total_mean_s"], "s"),
+                claims.fmt((s["p2p_on_prefill_total_mean_s"] / ref - 1) * 100, "%") if ref else "",
+                "",
+                "",
+            ]
+        )
     order = ", ".join(data.get("order", []))
     m = data["machine"]
-    return (f"A/B ({m['label']}; `{g.ab}`, series {str(data['series'].get('commit'))[:12]}). "
-            f"Prefill of all five prompts, mean of the boots; boot order: {order} "
-            "(`warm:` boots are uncounted). Noise floor between the two reference boots: "
-            f"{claims.fmt(s.get('noise_floor_pct'), '%')}.\n\n"
-            + _table(["arm", "prefill, all five", "vs reference", "no-P2P penalty hidden",
-                      "peak memory per GPU (highest boot)"], rows))
+    return (
+        f"A/B ({m['label']}; `{g.ab}`, series {str(data['series'].get('commit'))[:12]}). "
+        f"Prefill of all five prompts, mean of the boots; boot order: {order} "
+        "(`warm:` boots are uncounted). Noise floor between the two reference boots: "
+        f"{claims.fmt(s.get('noise_floor_pct'), '%')}.\n\n"
+        + _table(
+            [
+                "arm",
+                "prefill, all five",
+                "vs reference",
+                "no-P2P penalty hidden",
+                "peak memory per GPU (highest boot)",
+            ],
+            rows,
+        )
+    )
 
 
 def _routes(root: Path, pattern: str) -> str:
@@ -252,15 +312,20 @@ def _diff(tree: Path, lower: str, head: str) -> dict:
 
 def changed_lines(tree: Path, lower: str, head: str) -> dict[str, set[int]]:
     """Lines the PR's own commits add, per Python file outside tests/."""
-    return {p: {n for lo, hi in fd.new for n in range(lo, hi + 1)}
-            for p, fd in _diff(tree, lower, head).items()
-            if p.endswith(".py") and not p.startswith("tests/")}
+    return {
+        p: {n for lo, hi in fd.new for n in range(lo, hi + 1)}
+        for p, fd in _diff(tree, lower, head).items()
+        if p.endswith(".py") and not p.startswith("tests/")
+    }
 
 
 def not_python(tree: Path, lower: str, head: str) -> list[str]:
     """Changed code files coverage.py cannot see (kernels, bindings, build)."""
-    return sorted(p for p in _diff(tree, lower, head)
-                  if not p.endswith((".py", ".md")) and not p.startswith(("tests/", "docs/")))
+    return sorted(
+        p
+        for p in _diff(tree, lower, head)
+        if not p.endswith((".py", ".md")) and not p.startswith(("tests/", "docs/"))
+    )
 
 
 def _by_path(report: dict, tree: Path) -> dict[str, dict]:
@@ -300,8 +365,9 @@ def line_map(tree: Path, head: str, ran: str, path: str) -> dict[int, int | None
     return out
 
 
-def _measured_at(tree: Path, report: dict, path: str, head: str,
-                 blob: str | None) -> tuple[dict[int, int | None] | None, str | None]:
+def _measured_at(
+    tree: Path, report: dict, path: str, head: str, blob: str | None
+) -> tuple[dict[int, int | None] | None, str | None]:
     """(head line -> the report's line, None when identical; why the report
     cannot speak for the file's lines at ``head``, or None)."""
     from serieskit import git
@@ -313,31 +379,61 @@ def _measured_at(tree: Path, report: dict, path: str, head: str,
     commit = series.get("commit")
     if ran_blob is None or ran_blob == blob:
         return None, None
-    if commit and git.run(tree, "cat-file", "-e", f"{commit}:{path}").returncode == 0 and \
-            git.git(tree, "rev-parse", f"{commit}:{path}").strip() == ran_blob:
+    if (
+        commit
+        and git.run(tree, "cat-file", "-e", f"{commit}:{path}").returncode == 0
+        and git.git(tree, "rev-parse", f"{commit}:{path}").strip() == ran_blob
+    ):
         return line_map(tree, head, commit, path), None
     return None, f"stale: changed since this run (series {str(commit)[:12]})"
 
 
-def _coverage_row(path: str, machine: str, data: dict | None, lines: set[int],
-                  stale: str | None, mapping: dict[int, int | None] | None) -> list[str]:
+def _coverage_row(
+    path: str,
+    machine: str,
+    data: dict | None,
+    lines: set[int],
+    stale: str | None,
+    mapping: dict[int, int | None] | None,
+) -> list[str]:
     if data is None:
-        return [f"`{path}`", machine, "", "not imported by any test" + (
-            f" ({stale})" if stale else ""), ""]
+        return [
+            f"`{path}`",
+            machine,
+            "",
+            "not imported by any test" + (f" ({stale})" if stale else ""),
+            "",
+        ]
     later = {n for n in lines if mapping and mapping.get(n) is None}
     at = {n: (mapping.get(n) if mapping else n) for n in lines - later}
     ran = set(data.get("executed_lines", []))
     missed = set(data.get("missing_lines", []))
     executable = {n for n, m in at.items() if m in ran or m in missed}
     missing = sorted(n for n in executable if at[n] in missed)
-    tests = sorted({c for n in executable - set(missing)
-                    for c in data.get("contexts", {}).get(str(at[n]), []) if c})
-    notes = [x for x in (stale, f"{len(later)} changed again by a later PR, not measured"
-                         if later else None) if x]
+    tests = sorted(
+        {
+            c
+            for n in executable - set(missing)
+            for c in data.get("contexts", {}).get(str(at[n]), [])
+            if c
+        }
+    )
+    notes = [
+        x
+        for x in (
+            stale,
+            f"{len(later)} changed again by a later PR, not measured" if later else None,
+        )
+        if x
+    ]
     none = "none" if executable else "none (no executable line changed)"
-    return [f"`{path}`", machine, f"{len(executable) - len(missing)} / {len(executable)}",
-            (_ranges(missing) or none) + (f" ({'; '.join(notes)})" if notes else ""),
-            ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else "")]
+    return [
+        f"`{path}`",
+        machine,
+        f"{len(executable) - len(missing)} / {len(executable)}",
+        (_ranges(missing) or none) + (f" ({'; '.join(notes)})" if notes else ""),
+        ", ".join(tests[:3]) + (f" and {len(tests) - 3} more" if len(tests) > 3 else ""),
+    ]
 
 
 def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
@@ -350,9 +446,11 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
     folder = root / WORK / "pr" / "coverage"
     reports = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if not reports:
-        return ("Line coverage: no coverage data (no coverage.py report in "
-                "`.work/pr/coverage/`: `nox -s test -- --coverage` on the CPU, "
-                "`COVERAGE=1` in the GPU runs), so no changed line is claimed as executed.")
+        return (
+            "Line coverage: no coverage data (no coverage.py report in "
+            "`.work/pr/coverage/`: `nox -s test -- --coverage` on the CPU, "
+            "`COVERAGE=1` in the GPU runs), so no changed line is claimed as executed."
+        )
     changed = changed_lines(tree, lower, head)
     blobs = pr.head_blobs(tree, [head], sorted(changed))
     rows = []
@@ -361,34 +459,64 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
         by_path = _by_path(data, tree)
         for path, lines in sorted(changed.items()):
             mapping, stale = _measured_at(tree, data, path, head, next(iter(blobs[path])))
-            rows.append(_coverage_row(path, report.stem, by_path.get(path), lines, stale,
-                                      mapping))
+            rows.append(_coverage_row(path, report.stem, by_path.get(path), lines, stale, mapping))
     notes = []
     if all(r.stem.startswith("cpu") for r in reports):
-        notes.append("No coverage data from a GPU machine: lines that only the GPU tests "
-                     "reach are listed as not executed above.")
+        notes.append(
+            "No coverage data from a GPU machine: lines that only the GPU tests "
+            "reach are listed as not executed above."
+        )
     if other := not_python(tree, lower, head):
-        notes.append("Not measured (coverage.py sees Python only): "
-                     + ", ".join(f"`{p}`" for p in other) + ".")
-    return ("Line coverage of the changed Python lines (coverage.py with test contexts, per "
-            "machine; a line counts as executed when a test of that machine ran it):\n\n"
-            + _table(["file", "machine", "changed lines executed",
-                      "changed lines no test executed", "tests (contexts)"], rows)
-            + "".join(f"\n\n{n}" for n in notes))
+        notes.append(
+            "Not measured (coverage.py sees Python only): "
+            + ", ".join(f"`{p}`" for p in other)
+            + "."
+        )
+    return (
+        "Line coverage of the changed Python lines (coverage.py with test contexts, per "
+        "machine; a line counts as executed when a test of that machine ran it):\n\n"
+        + _table(
+            [
+                "file",
+                "machine",
+                "changed lines executed",
+                "changed lines no test executed",
+                "tests (contexts)",
+            ],
+            rows,
+        )
+        + "".join(f"\n\n{n}" for n in notes)
+    )
 
 
 def _coverage(g, coverage: str | None, root: Path | None = None) -> str:
     if not g.paths:
         return ""
-    rows = [[r.get("path", ""), r.get("format", ""), r.get("conditions", ""),
-             r.get("expected", ""),
-             "; ".join([f"{k}: {r[k]}" for k in ("source", "static", "executed", "measured")
-                        if r.get(k)] + ([_routes(root, r["route"])]
-                                        if r.get("route") and root else [])),
-             r.get("unverified", "")] for r in g.paths]
+    rows = [
+        [
+            r.get("path", ""),
+            r.get("format", ""),
+            r.get("conditions", ""),
+            r.get("expected", ""),
+            "; ".join(
+                [f"{k}: {r[k]}" for k in ("source", "static", "executed", "measured") if r.get(k)]
+                + ([_routes(root, r["route"])] if r.get("route") and root else [])
+            ),
+            r.get("unverified", ""),
+        ]
+        for r in g.paths
+    ]
     text = "Path coverage:\n\n" + _table(
-        ["path", "format", "key conditions", "expected selection / fallback",
-         "evidence (source / static / executed / measured)", "unverified scope"], rows)
+        [
+            "path",
+            "format",
+            "key conditions",
+            "expected selection / fallback",
+            "evidence (source / static / executed / measured)",
+            "unverified scope",
+        ],
+        rows,
+    )
     return text + ("\n\n" + coverage if coverage else "")
 
 
@@ -397,12 +525,15 @@ def _contract(root: Path, g, checked: list[claims.Checked]) -> str:
     if not c:
         return ""
     lines = ["Benchmark contract:", ""]
-    for key, label in (("defaults", "Default / opt-in"), ("switches", "Switches"),
-                       ("entry", "Entry"), ("overlays", "Overlays and native libraries")):
+    for key, label in (
+        ("defaults", "Default / opt-in"),
+        ("switches", "Switches"),
+        ("entry", "Entry"),
+        ("overlays", "Overlays and native libraries"),
+    ):
         if c.get(key):
             lines.append(f"- {label}: {c[key]}")
-    commits = sorted({f"`{x.claim.file}`: series {x.commit[:12]}" for x in checked
-                      if x.commit})
+    commits = sorted({f"`{x.claim.file}`: series {x.commit[:12]}" for x in checked if x.commit})
     if commits:
         lines.append("- Commits measured: " + "; ".join(commits))
     if c.get("commands"):
@@ -410,23 +541,40 @@ def _contract(root: Path, g, checked: list[claims.Checked]) -> str:
     return "\n".join(lines)
 
 
-def render(root: Path, tree: Path, template: str, g, b, built, stacks,
-           checked: list[claims.Checked], dup: str | None, base_label: str,
-           coverage: str | None = None, base: str | None = None) -> str:
+def render(
+    root: Path,
+    tree: Path,
+    template: str,
+    g,
+    b,
+    built,
+    stacks,
+    checked: list[claims.Checked],
+    dup: str | None,
+    base_label: str,
+    coverage: str | None = None,
+    base: str | None = None,
+) -> str:
     hand = hand_text(root, g.text)
     blocks = {
         "overview": hand.get("overview", ""),
         "details": hand.get("details", ""),
         "stack": _stack(g, b, built, stacks, base_label),
-        "duplicates": dup or ("**Not a duplicate:** not checked in this run (no `--others` "
-                              "folder of open PRs given)."),
+        "duplicates": dup
+        or (
+            "**Not a duplicate:** not checked in this run (no `--others` folder of open PRs given)."
+        ),
         "claims": _claims(checked),
         "test_plan": _test_plan(root, g, base_label),
         "test_results": _test_results(root, g),
         "ab": _ab(root, g),
-        "coverage": _coverage(g, coverage if coverage is not None else (
-            line_coverage(root, tree, b.lower or base, b.head) if b.head and base else None),
-            root),
+        "coverage": _coverage(
+            g,
+            coverage
+            if coverage is not None
+            else (line_coverage(root, tree, b.lower or base, b.head) if b.head and base else None),
+            root,
+        ),
         "contract": _contract(root, g, checked),
     }
     return fill(template, blocks)

@@ -50,25 +50,30 @@ def parse_target(target: str) -> tuple[str, str | None, str | None]:
     )
 
 
-def start(root: Path, target: str, update_pin: bool = False, force: bool = False,
-          log=print) -> Path | None:
+def start(
+    root: Path, target: str, update_pin: bool = False, force: bool = False, log=print
+) -> Path | None:
     git.require_version()
     repo = series.work_repo(root)
     state = State.load(root)
     if state.rebase_stopped:
-        raise ToolkitError("a rebase is already stopped at a conflict: "
-                           "`nox -s rebase -- --continue` or `--abort`")
+        raise ToolkitError(
+            "a rebase is already stopped at a conflict: `nox -s rebase -- --continue` or `--abort`"
+        )
     if not git.is_repo(repo) or not state.complete:
         raise ToolkitError("the work tree is not a complete series: run `nox -s apply` first")
     if op := git.operation_in_progress(repo):
         raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
     if git.branch(repo) != series.BRANCH:
-        raise ToolkitError(f"HEAD is not on the branch `{series.BRANCH}` in {repo}: "
-                           f"`git -C {repo} checkout {series.BRANCH}` first")
+        raise ToolkitError(
+            f"HEAD is not on the branch `{series.BRANCH}` in {repo}: "
+            f"`git -C {repo} checkout {series.BRANCH}` first"
+        )
     kind, what, ref = parse_target(target)
     if update_pin and kind != "pypi":
-        raise ToolkitError("--update-pin needs a PyPI release target (vllm==VERSION): "
-                           "a fork's ref is not a pin")
+        raise ToolkitError(
+            "--update-pin needs a PyPI release target (vllm==VERSION): a fork's ref is not a pin"
+        )
     safety.guard(root, repo, state, "rebase", force, log)
     assert state.base and state.base_label and what
     if kind == "pypi":
@@ -79,15 +84,31 @@ def start(root: Path, target: str, update_pin: bool = False, force: bool = False
         onto, sha, version, label = _fetch_git(repo, what, ref, log), "", None, f"{what}@{ref}"
     old_head = git.rev(repo, "HEAD")
     assert old_head
-    state.rebase = RebaseState(target=label, onto=onto, old_base=state.base,
-                               old_label=state.base_label, old_head=old_head,
-                               version=version, sha256=sha, update_pin=update_pin)
+    state.rebase = RebaseState(
+        target=label,
+        onto=onto,
+        old_base=state.base,
+        old_label=state.base_label,
+        old_head=old_head,
+        version=version,
+        sha256=sha,
+        update_pin=update_pin,
+    )
     state.save(root)
     n = len(git.commits(repo, f"{state.base}..HEAD"))
     log(f"rebase: {n} patch(es) from vLLM {state.base_label} onto {label} ({onto[:12]})")
     load_resolutions(root, repo, log)
-    proc = git.run(repo, *RERERE, "rebase", "--committer-date-is-author-date",
-                   "--no-autosquash", "--onto", onto, state.base, series.BRANCH)
+    proc = git.run(
+        repo,
+        *RERERE,
+        "rebase",
+        "--committer-date-is-author-date",
+        "--no-autosquash",
+        "--onto",
+        onto,
+        state.base,
+        series.BRANCH,
+    )
     return _after_git(root, proc, log)
 
 
@@ -98,18 +119,23 @@ def cont(where: Path | Target, log=print, finish=None):
     repo = t.work
     state = State.load(t)
     if finish is None:
+
         def finish():
             return _finish(t.root, log)
+
     if not state.rebase_stopped:
-        raise ToolkitError(f"no {_kind(state) if state.rebase else 'rebase'} is stopped: "
-                           "nothing to continue")
+        raise ToolkitError(
+            f"no {_kind(state) if state.rebase else 'rebase'} is stopped: nothing to continue"
+        )
     if git.operation_in_progress(repo) != "rebase":
         return finish()
     safety.check_index_lock(repo, "rebase --continue")  # else git's failure reads as a stop
     unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
-        raise ToolkitError(f"unresolved conflicts remain in {', '.join(unresolved)}: "
-                           f"edit them, `git -C {repo} add` them, then continue")
+        raise ToolkitError(
+            f"unresolved conflicts remain in {', '.join(unresolved)}: "
+            f"edit them, `git -C {repo} add` them, then continue"
+        )
     stopped = progress(repo)
     if stopped and state.rebase:
         state.rebase.resolved.append(stopped[2])
@@ -129,8 +155,11 @@ def abort(where: Path | Target, log=print) -> None:
     rb = state.rebase
     kind = rb.kind
     head = git.rev(repo, "HEAD")
-    if head and head != rb.onto and git.git(
-            repo, "rev-list", "--count", f"{rb.onto}..{head}").strip() != "0":
+    if (
+        head
+        and head != rb.onto
+        and git.git(repo, "rev-list", "--count", f"{rb.onto}..{head}").strip() != "0"
+    ):
         ref = safety.backup_ref(repo, head, f"{kind}-progress")
         log(f"{kind}: the patches already moved onto {rb.target} are kept as {ref}")
     if git.operation_in_progress(repo) == "rebase":
@@ -140,8 +169,7 @@ def abort(where: Path | Target, log=print) -> None:
         git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
     state.save(t)
-    log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on "
-        f"vLLM {state.base_label}")
+    log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on vLLM {state.base_label}")
 
 
 def update_pin(root: Path, log=print) -> None:
@@ -149,11 +177,15 @@ def update_pin(root: Path, log=print) -> None:
     state = State.load(root)
     rb = state.rebase
     if rb is None or not rb.done:
-        raise ToolkitError("no finished rebase to take into the pin: "
-                           "`nox -s rebase -- vllm==VERSION --update-pin` does both")
+        raise ToolkitError(
+            "no finished rebase to take into the pin: "
+            "`nox -s rebase -- vllm==VERSION --update-pin` does both"
+        )
     if not rb.is_release:
-        raise ToolkitError(f"the series is rebased onto {rb.target}, a fork's ref: the pin "
-                           "names a PyPI release; `nox -s apply -- --force` goes back to it")
+        raise ToolkitError(
+            f"the series is rebased onto {rb.target}, a fork's ref: the pin "
+            "names a PyPI release; `nox -s apply -- --force` goes back to it"
+        )
     assert rb.version
     sha = rb.sha256 or base.recorded_sha256(series.work_repo(root), rb.onto) or ""
     old = base.read_pin(root)
@@ -173,8 +205,7 @@ def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{source}@{ref}").strip("_")[-120:]
     dest = f"refs/series/base/git/{safe}"
     log(f"rebase: fetching {ref} from {source}")
-    proc = git.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}",
-                   isolated=False)
+    proc = git.run(repo, "fetch", "--no-tags", "--quiet", source, f"+{ref}:{dest}", isolated=False)
     if proc.returncode != 0:
         # A commit id is not a ref name: fetch it, then point our ref at it.
         proc = git.run(repo, "fetch", "--no-tags", "--quiet", source, ref, isolated=False)
@@ -212,13 +243,14 @@ def run_to_stop(at: Path | Target, proc, finish, log):
         if where and state.rebase:
             state.rebase.resolved.append(f"{where[2]} (recorded resolution)")
             state.save(t)
-        log(f"{_kind(state)}: step {where[0] if where else '?'} resolved by a recorded "
-            f"resolution ({t.patches_label}/{RESOLUTIONS}/); going on")
+        log(
+            f"{_kind(state)}: step {where[0] if where else '?'} resolved by a recorded "
+            f"resolution ({t.patches_label}/{RESOLUTIONS}/); going on"
+        )
         proc = git.run(repo, *RERERE, "rebase", "--continue")
     for line in conflict_lines(t):
         log(line)
-    raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost "
-                       "(see above)")
+    raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost (see above)")
 
 
 def _kind(state: State) -> str:
@@ -254,8 +286,10 @@ def save_resolutions(where: Path | Target, repo: Path, log=print) -> None:
                 shutil.copy2(entry / name, dest / entry.name / name)
             new.append(entry.name)
     if new:
-        log(f"{len(new)} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
-            "(commit them with the series: the next run reuses them)")
+        log(
+            f"{len(new)} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
+            "(commit them with the series: the next run reuses them)"
+        )
 
 
 def progress(repo: Path) -> tuple[int, int, str] | None:
@@ -286,25 +320,40 @@ def conflict_lines(at: Path | Target) -> list[str]:
     patch = _patch_file(t, subject)
     files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     lines = [
-        (f"carry: the pin's changes onto the port to {t.version}, stopped at step {done}/{total}:"
-         if carry else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"),
+        (
+            f"carry: the pin's changes onto the port to {t.version}, "
+            f"stopped at step {done}/{total}:"
+            if carry
+            else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"
+        ),
         f"  patch:  {subject}" + (f" ({t.patches_label}/{patch})" if patch else ""),
-        "  files:  " + (", ".join(f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict "
-                                  "hunk(s))" for f in files)
-                        if files else "(none unresolved; see git status)"),
+        "  files:  "
+        + (
+            ", ".join(
+                f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict hunk(s))" for f in files
+            )
+            if files
+            else "(none unresolved; see git status)"
+        ),
     ]
     if files:
         stat = git.git(repo, "diff", "--stat=100", rb.old_base, rb.onto, "--", *files)
         lines.append(f"  upstream changed them from {rb.old_label} to {rb.target}:")
         lines += [f"    {line.strip()}" for line in stat.splitlines()]
-        lines.append(f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
-                     f"-- {' '.join(files)}`")
+        lines.append(
+            f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
+            f"-- {' '.join(files)}`"
+        )
         lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
-        lines.append(f"  three-way markers (base in the middle): `git -C {repo} checkout "
-                     f"--conflict=zdiff3 -- {' '.join(files)}`")
+        lines.append(
+            f"  three-way markers (base in the middle): `git -C {repo} checkout "
+            f"--conflict=zdiff3 -- {' '.join(files)}`"
+        )
     if carry:
-        lines.append(f"  the pin's change being carried: `git -C {repo} show "
-                     "REBASE_HEAD` (its interdiff since it was last carried)")
+        lines.append(
+            f"  the pin's change being carried: `git -C {repo} show "
+            "REBASE_HEAD` (its interdiff since it was last carried)"
+        )
     lines += [
         f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
         f"`nox -s {session} --continue` (the resolution is recorded for next time)",
@@ -324,8 +373,9 @@ def patch_added_files(repo: Path) -> list[str]:
     if not stopped_file.exists():
         return []
     sha = stopped_file.read_text().strip()
-    out = git.git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
-                  "--diff-filter=A", "--root", sha)
+    out = git.git(
+        repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=A", "--root", sha
+    )
     return out.split()
 
 
@@ -337,18 +387,21 @@ def added_beside(repo: Path, old_base: str, onto: str, paths: list[str]) -> list
     folders = sorted({str(Path(p).parent) for p in paths})
     if not folders:
         return []
-    out = git.git(repo, "diff", "--name-only", "--diff-filter=A", old_base, onto,
-                  "--", *folders)
+    out = git.git(repo, "diff", "--name-only", "--diff-filter=A", old_base, onto, "--", *folders)
     added = [f for f in out.split() if str(Path(f).parent) in folders and f not in paths]
     if not added:
         return []
-    lines = ["  upstream added beside them (the same folders; check that the patch "
-             "does not duplicate one):"]
+    lines = [
+        "  upstream added beside them (the same folders; check that the patch "
+        "does not duplicate one):"
+    ]
     lines += [f"    {f}" for f in added[:ADDED_BESIDE_MAX]]
     if len(added) > ADDED_BESIDE_MAX:
-        lines.append(f"    ... and {len(added) - ADDED_BESIDE_MAX} more: `git -C {repo} "
-                     f"diff --name-only --diff-filter=A {old_base[:12]} {onto[:12]} -- "
-                     f"{' '.join(folders)}`")
+        lines.append(
+            f"    ... and {len(added) - ADDED_BESIDE_MAX} more: `git -C {repo} "
+            f"diff --name-only --diff-filter=A {old_base[:12]} {onto[:12]} -- "
+            f"{' '.join(folders)}`"
+        )
     return lines
 
 
@@ -362,8 +415,9 @@ def _patch_file(t: Target, subject: str) -> str | None:
 def _count_lines(path: Path) -> int:
     if not path.exists():
         return 0
-    return sum(1 for line in path.read_text().splitlines()
-               if line.strip() and not line.startswith("#"))
+    return sum(
+        1 for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
 
 
 def _finish(root: Path, log) -> Path:
@@ -374,8 +428,9 @@ def _finish(root: Path, log) -> Path:
     new_head = git.rev(repo, "HEAD")
     assert new_head
     save_resolutions(root, repo, log)
-    rd = git.git(repo, "range-diff", "--no-color",
-                 f"{rb.old_base}..{rb.old_head}", f"{rb.onto}..{new_head}")
+    rd = git.git(
+        repo, "range-diff", "--no-color", f"{rb.old_base}..{rb.old_head}", f"{rb.onto}..{new_head}"
+    )
     counts = summarize(rd)
     report = write_report(root, rb, new_head, rd, counts)
     state.base, state.base_label, state.head = rb.onto, rb.target, new_head
@@ -414,8 +469,7 @@ def classify(range_diff: str) -> list[tuple[str, int, int]]:
     that only moved context shows 0 in the first column."""
     rows: list[tuple[str, int, int]] = []
     for line in range_diff.splitlines():
-        if m := re.match(r"^\s*(?:\d+|-):\s+[0-9a-f-]+\s+!\s+(?:\d+|-):\s+[0-9a-f]+\s+(.*)$",
-                         line):
+        if m := re.match(r"^\s*(?:\d+|-):\s+[0-9a-f-]+\s+!\s+(?:\d+|-):\s+[0-9a-f]+\s+(.*)$", line):
             rows.append((m.group(1), 0, 0))
         elif rows and line.startswith("    ") and len(line) > 5 and line[4] in "+-":
             subject, own, context = rows[-1]
@@ -426,8 +480,9 @@ def classify(range_diff: str) -> list[tuple[str, int, int]]:
     return rows
 
 
-def write_report(root: Path, rb: RebaseState, new_head: str, range_diff: str,
-                 counts: dict[str, int]) -> Path:
+def write_report(
+    root: Path, rb: RebaseState, new_head: str, range_diff: str, counts: dict[str, int]
+) -> Path:
     """reports/rebase-FROM-to-TO-<UTC time>.md: one file per run."""
     reports = root / REPORTS
     reports.mkdir(exist_ok=True)
@@ -438,19 +493,25 @@ def write_report(root: Path, rb: RebaseState, new_head: str, range_diff: str,
         n += 1
         path = path.with_name(f"rebase-{slug}-{safety.stamp()}-{n}.md")
     resolved = "".join(f"- {s}\n" for s in rb.resolved) or "- none\n"
-    changed = "".join(f"| {subject} | {own} | {context} |\n"
-                      for subject, own, context in classify(range_diff))
+    changed = "".join(
+        f"| {subject} | {own} | {context} |\n" for subject, own, context in classify(range_diff)
+    )
     path.write_text(
         f"# Rebase of the series: vLLM {rb.old_label} -> {rb.target}\n\n"
         f"- date: {time.strftime('%Y-%m-%d', time.gmtime())}\n"
         f"- before: base {rb.old_base[:12]}, head {rb.old_head[:12]}\n"
         f"- after: base {rb.onto[:12]}, head {new_head[:12]}\n"
         f"- patches: {format_counts(counts)}\n\n"
-        "Stops resolved by hand (or by a recorded resolution):\n\n" + resolved + "\n"
-        + ("Changed patches: lines of the patch's own diff that changed, and lines of\n"
-           "moved context or hunk headers (a patch with 0 in the first column only moved):\n\n"
-           "| patch | own lines | context |\n|---|---|---|\n" + changed + "\n"
-           if changed else "")
+        "Stops resolved by hand (or by a recorded resolution):\n\n"
+        + resolved
+        + "\n"
+        + (
+            "Changed patches: lines of the patch's own diff that changed, and lines of\n"
+            "moved context or hunk headers (a patch with 0 in the first column only moved):\n\n"
+            "| patch | own lines | context |\n|---|---|---|\n" + changed + "\n"
+            if changed
+            else ""
+        )
         + "`git range-diff` of the series before and after (`=` unchanged, `!` changed,\n"
         "`<` only before, `>` only after):\n\n"
         "```diff\n" + range_diff.rstrip("\n") + "\n```\n"

@@ -58,8 +58,9 @@ def targets(specs: list[str]) -> list[str]:
         elif m := re.fullmatch(r"vllm([<>=!~][^@\s]*)", spec):
             versions += releases(m.group(1))
         else:
-            raise ToolkitError(f"--check takes vllm==VERSION or a range such as "
-                               f"'vllm>=0.27,<=0.33', not {spec!r}")
+            raise ToolkitError(
+                f"--check takes vllm==VERSION or a range such as 'vllm>=0.27,<=0.33', not {spec!r}"
+            )
     if not versions:
         raise ToolkitError(f"no vLLM release with a source distribution matches {specs}")
     return sorted(set(versions), key=_version_key)
@@ -70,7 +71,10 @@ def releases(specifier: str) -> list[str]:
     pkg_root = str(Path(__file__).resolve().parent.parent)
     proc = subprocess.run(
         [sys.executable, "-m", "serieskit._pipfetch", "--list", base.PACKAGE, specifier],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=pkg_root))
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=pkg_root),
+    )
     if proc.returncode != 0:
         raise failed(f"listing vLLM releases matching {specifier!r}", proc)
     return json.loads(proc.stdout)
@@ -92,8 +96,10 @@ def check(root: Path, specs: list[str], log=print) -> list[TargetResult]:
         report(results[-1], log)
     clean = [r.version for r in results if not r.conflicts]
     if len(results) > 1:
-        log("rebase --check: newest release the series takes without a conflict: "
-            + (clean[-1] if clean else "none of those tried"))
+        log(
+            "rebase --check: newest release the series takes without a conflict: "
+            + (clean[-1] if clean else "none of those tried")
+        )
     return results
 
 
@@ -132,14 +138,18 @@ def _try_patch(tree: Path, patch: Path) -> PatchResult:
 def conflict_hunks(path: Path) -> int:
     if not path.is_file():
         return 1  # deleted on one side, changed on the other
-    return sum(1 for line in path.read_text(errors="replace").splitlines()
-               if line.startswith("<<<<<<< "))
+    return sum(
+        1 for line in path.read_text(errors="replace").splitlines() if line.startswith("<<<<<<< ")
+    )
 
 
 def report(result: TargetResult, log=print) -> None:
     n = len(result.patches)
-    verdict = (f"{len(result.conflicts)} of {n} patch(es) conflict" if result.conflicts
-               else f"all {n} patch(es) apply")
+    verdict = (
+        f"{len(result.conflicts)} of {n} patch(es) conflict"
+        if result.conflicts
+        else f"all {n} patch(es) apply"
+    )
     log(f"rebase --check vllm=={result.version}: {verdict}")
     for i, p in enumerate(result.patches, 1):
         log(f"  {i}/{n} {p.how:8} {p.name}")

@@ -23,8 +23,12 @@ HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")
 # What the overlay packer stamps into the GPU machine's tree (serieskit.overlay).
-STAMPS = {"commit": "SERIES_COMMIT", "tree": "SERIES_TREE", "base": "BASE_VERSION",
-          "files": "SERIES_FILES"}
+STAMPS = {
+    "commit": "SERIES_COMMIT",
+    "tree": "SERIES_TREE",
+    "base": "BASE_VERSION",
+    "files": "SERIES_FILES",
+}
 TURING_OR_VOLTA = ((7, 0), (7, 2), (7, 5))
 _DATE = re.compile(r"^\d{4}-\d\d-\d\d(T\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?)?$")
 
@@ -46,29 +50,53 @@ def p2p_from_env() -> str:
     return "off (NCCL_P2P_DISABLE=1)" if os.environ.get("NCCL_P2P_DISABLE") == "1" else "on"
 
 
-def label(gpu: str | None, gpus: int, p2p: str | None = None,
-          capability: tuple[int, int] | None = None, detail: str | None = None) -> str:
+def label(
+    gpu: str | None,
+    gpus: int,
+    p2p: str | None = None,
+    capability: tuple[int, int] | None = None,
+    detail: str | None = None,
+) -> str:
     """How a figure of this machine is named in text."""
     if not gpu:
         return "CPU run (no GPU)"
     short = gpu.removeprefix("NVIDIA ").removeprefix("Tesla ")
-    where = ", ".join(x for x in (f"{gpus} x {short}" if gpus > 1 else short,
-                                  "P2P off" if p2p and p2p.startswith("off") else None,
-                                  detail) if x)
+    where = ", ".join(
+        x
+        for x in (
+            f"{gpus} x {short}" if gpus > 1 else short,
+            "P2P off" if p2p and p2p.startswith("off") else None,
+            detail,
+        )
+        if x
+    )
     if capability in TURING_OR_VOLTA:
         return f"Turing / Volta figure ({where})"
     return f"{short} figure ({where}): not a Turing figure"
 
 
-def machine_block(gpus: list[str], driver: str | None, torch_version: str | None,
-                  cuda: str | None, p2p: str | None = None, kind: str | None = None,
-                  capability: tuple[int, int] | None = None, detail: str | None = None) -> dict:
+def machine_block(
+    gpus: list[str],
+    driver: str | None,
+    torch_version: str | None,
+    cuda: str | None,
+    p2p: str | None = None,
+    kind: str | None = None,
+    capability: tuple[int, int] | None = None,
+    detail: str | None = None,
+) -> dict:
     """The ``machine`` header from what a run recorded (pure: no probing)."""
     gpu = gpus[0] if gpus else None
     n = len(gpus)
-    out = {"name": (f"{n} x {gpu}" if n > 1 else gpu) if gpu else "CPU",
-           "kind": kind or os.environ.get("SERIES_MACHINE_KIND"), "gpu": gpu, "gpus": n,
-           "driver": driver, "torch": torch_version, "cuda": cuda}
+    out = {
+        "name": (f"{n} x {gpu}" if n > 1 else gpu) if gpu else "CPU",
+        "kind": kind or os.environ.get("SERIES_MACHINE_KIND"),
+        "gpu": gpu,
+        "gpus": n,
+        "driver": driver,
+        "torch": torch_version,
+        "cuda": cuda,
+    }
     if n > 1 and p2p:
         out["p2p"] = p2p
     out["label"] = label(gpu, n, p2p if n > 1 else None, capability, detail)
@@ -78,22 +106,27 @@ def machine_block(gpus: list[str], driver: str | None, torch_version: str | None
 def probe() -> dict:
     """GPUs, capability, torch and CUDA of this machine (torch where
     importable), and the driver (nvidia-smi where installed)."""
-    info: dict = {"gpus": [], "torch": None, "cuda": None, "capability": None,
-                  "driver": None}
+    info: dict = {"gpus": [], "torch": None, "cuda": None, "capability": None, "driver": None}
     try:
         import torch
 
         info["torch"], info["cuda"] = torch.__version__, torch.version.cuda
         if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i)
-                            for i in range(torch.cuda.device_count())]
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             info["capability"] = tuple(torch.cuda.get_device_capability(0))
     except ImportError:
         pass
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30).stdout.strip().splitlines()
+        smi = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.TimeoutExpired):
         smi = []
     if smi:
@@ -106,16 +139,29 @@ def machine(p2p: str | None = None, detail: str | None = None) -> dict:
     """The ``machine`` header of this machine; ``p2p`` defaults to the
     environment's NCCL_P2P_DISABLE (it matters with two GPUs or more)."""
     info = probe()
-    return machine_block(info["gpus"], info["driver"], info["torch"], info["cuda"],
-                         p2p or p2p_from_env(), capability=info["capability"], detail=detail)
+    return machine_block(
+        info["gpus"],
+        info["driver"],
+        info["torch"],
+        info["cuda"],
+        p2p or p2p_from_env(),
+        capability=info["capability"],
+        detail=detail,
+    )
 
 
 # --- the series ----------------------------------------------------------------
 
 
 def unrecorded(note: str) -> dict:
-    return {"base": None, "commit": None, "tree": None, "files": {}, "files_from": None,
-            "note": note}
+    return {
+        "base": None,
+        "commit": None,
+        "tree": None,
+        "files": {},
+        "files_from": None,
+        "note": note,
+    }
 
 
 def stamps_folder(paths: list[str] | None = None) -> Path | None:
@@ -131,6 +177,7 @@ def stamps_folder(paths: list[str] | None = None) -> Path | None:
 
 def series_from_stamps(folder: Path) -> dict:
     """The ``series`` header from the stamps of an assembled tree."""
+
     def read(key: str) -> str | None:
         f = folder / STAMPS[key]
         text = f.read_text().strip() if f.is_file() else ""
@@ -138,10 +185,15 @@ def series_from_stamps(folder: Path) -> dict:
 
     files = json.loads(read("files") or "{}")
     base = read("base")
-    return {"base": f"vllm=={base}" if base else None, "commit": read("commit"),
-            "tree": read("tree"), "files": files,
-            "files_from": (f"{STAMPS['files']} packed with the tree (nox -s overlay -- --gpu)"
-                           if files else None)}
+    return {
+        "base": f"vllm=={base}" if base else None,
+        "commit": read("commit"),
+        "tree": read("tree"),
+        "files": files,
+        "files_from": (
+            f"{STAMPS['files']} packed with the tree (nox -s overlay -- --gpu)" if files else None
+        ),
+    }
 
 
 def series_from_work_tree(root: Path) -> dict:
@@ -170,12 +222,26 @@ def current_series(root: Path | None = None) -> dict:
 # --- the document ----------------------------------------------------------------
 
 
-def document(kind: str, body: dict, *, machine: dict, series: dict, figures: dict,
-             date: str | None = None, test_files: dict | None = None) -> dict:
+def document(
+    kind: str,
+    body: dict,
+    *,
+    machine: dict,
+    series: dict,
+    figures: dict,
+    date: str | None = None,
+    test_files: dict | None = None,
+) -> dict:
     """The header, then what the run wrote (a header key in ``body`` is kept
     as ``original_<key>``)."""
-    head = {"schema": SCHEMA, "kind": kind, "date": date or now(), "machine": machine,
-            "series": series, "figures": figures}
+    head = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "date": date or now(),
+        "machine": machine,
+        "series": series,
+        "figures": figures,
+    }
     if test_files is not None:
         head["test_files"] = test_files
     rest = {(f"original_{k}" if k in head else k): v for k, v in body.items()}
@@ -216,13 +282,21 @@ def validate(data: object) -> list[str]:
     if not isinstance(figs, dict):
         out.append("figures is not an object")
     else:
-        out += [f"figure {n!r} lacks {k}" for n, f in figs.items()
-                for k in ("value", "unit", "label") if not isinstance(f, dict) or k not in f]
+        out += [
+            f"figure {n!r} lacks {k}"
+            for n, f in figs.items()
+            for k in ("value", "unit", "label")
+            if not isinstance(f, dict) or k not in f
+        ]
     if data["kind"] == "tests":
         tf = data.get("test_files")
         if not isinstance(tf, dict) or not tf:
             out.append("kind tests without test_files")
         else:
-            out += [f"test_files[{f!r}] lacks {k}" for f, c in tf.items()
-                    for k in ("passed", "failed", "skipped", "errors") if k not in c]
+            out += [
+                f"test_files[{f!r}] lacks {k}"
+                for f, c in tf.items()
+                for k in ("passed", "failed", "skipped", "errors")
+                if k not in c
+            ]
     return out

@@ -43,8 +43,10 @@ class Outcome:
         return self.failed == 0 and self.errors == 0 and self.returncode in (0, 5)
 
     def line(self) -> str:
-        text = f"{self.file}: {self.passed} passed, {self.failed + self.errors} failed, " \
-               f"{self.skipped} skipped ({self.seconds:.1f} s)"
+        text = (
+            f"{self.file}: {self.passed} passed, {self.failed + self.errors} failed, "
+            f"{self.skipped} skipped ({self.seconds:.1f} s)"
+        )
         if self.returncode not in (0, 1, 5):
             text += f" [pytest exit {self.returncode}]"
         return text
@@ -72,9 +74,16 @@ def parse_junit(path: Path, name: str) -> Outcome:
     return out
 
 
-def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
-             env: dict[str, str] | None = None, timeout: float = 1800,
-             select: str | None = None, coverage: Path | None = None) -> Outcome:
+def run_file(
+    tree: Path,
+    test: str,
+    out_dir: Path,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
+    select: str | None = None,
+    coverage: Path | None = None,
+) -> Outcome:
     """One test file in a pytest process of its own; `select` is pytest's -k;
     `coverage` an rc file of :func:`coverage_rc` (run under coverage.py)."""
     if not (tree / test).is_file():
@@ -84,14 +93,30 @@ def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
     start = time.monotonic()
     run_env = dict(os.environ, **(env or {}))
     run_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p)
+        p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p
+    )
     try:
         under = [python, "-m", "coverage", "run", f"--rcfile={coverage}"] if coverage else [python]
         proc = subprocess.run(
-            [*under, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
-             f"--junitxml={xml}", *(["-k", select] if select else []), test],
-            cwd=tree, env=run_env, timeout=timeout, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
+            [
+                *under,
+                "-m",
+                "pytest",
+                "-q",
+                "-rs",
+                "-p",
+                "no:cacheprovider",
+                "--noconftest",
+                f"--junitxml={xml}",
+                *(["-k", select] if select else []),
+                test,
+            ],
+            cwd=tree,
+            env=run_env,
+            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         code, log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
@@ -175,14 +200,21 @@ def machine_slug(info: dict | None = None) -> str:
     return f"{short}x{len(gpus)}"
 
 
-def coverage_report(tree: Path, rc: Path, dest: Path, series: dict,
-                    python: str = sys.executable) -> Path:
+def coverage_report(
+    tree: Path, rc: Path, dest: Path, series: dict, python: str = sys.executable
+) -> Path:
     """Combine the folder's data files; write the JSON report with contexts
     and the series that ran (its ``series`` key) to ``dest``."""
-    for step in (["combine", "--keep", "-q"],
-                 ["json", "--show-contexts", "-q", "-o", str(dest.resolve())]):
-        proc = subprocess.run([python, "-m", "coverage", *step, f"--rcfile={rc}"], cwd=tree,
-                              capture_output=True, text=True)
+    for step in (
+        ["combine", "--keep", "-q"],
+        ["json", "--show-contexts", "-q", "-o", str(dest.resolve())],
+    ):
+        proc = subprocess.run(
+            [python, "-m", "coverage", *step, f"--rcfile={rc}"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise ToolkitError(f"coverage {step[0]} failed: {(proc.stdout + proc.stderr).strip()}")
     report = json.loads(dest.read_text())
@@ -193,29 +225,44 @@ def coverage_report(tree: Path, rc: Path, dest: Path, series: dict,
 
 def test_counts(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
     """The header's ``test_files``: file -> passed, failed, skipped, errors."""
-    return {o.file: {"passed": o.passed, "failed": o.failed, "skipped": o.skipped,
-                     "errors": o.errors} for o in outcomes}
+    return {
+        o.file: {"passed": o.passed, "failed": o.failed, "skipped": o.skipped, "errors": o.errors}
+        for o in outcomes
+    }
 
 
 def test_figures(outcomes: list[Outcome]) -> dict[str, dict]:
     from serieskit.results import figure
 
-    return {f"{Path(o.file).stem}.{k}": figure(
-        getattr(o, k), "tests", f"{o.file}: tests {k}", f"test_files['{o.file}'].{k}")
-        for o in outcomes for k in ("passed", "failed")}
+    return {
+        f"{Path(o.file).stem}.{k}": figure(
+            getattr(o, k), "tests", f"{o.file}: tests {k}", f"test_files['{o.file}'].{k}"
+        )
+        for o in outcomes
+        for k in ("passed", "failed")
+    }
 
 
-def write_results(path: Path, outcomes: list[Outcome], series: dict,
-                  extra: dict | None = None, machine: dict | None = None) -> dict:
+def write_results(
+    path: Path,
+    outcomes: list[Outcome],
+    series: dict,
+    extra: dict | None = None,
+    machine: dict | None = None,
+) -> dict:
     """A ``tests`` results file (results/README.md): the header (this
     machine unless ``machine`` is given; ``series`` from
     :mod:`serieskit.results`), then each file's outcome and ``extra``."""
     from serieskit import results
 
     doc = results.document(
-        "tests", {"files": [asdict(o) for o in outcomes], **(extra or {})},
-        machine=machine or results.machine(), series=series,
-        figures=test_figures(outcomes), test_files=test_counts(outcomes))
+        "tests",
+        {"files": [asdict(o) for o in outcomes], **(extra or {})},
+        machine=machine or results.machine(),
+        series=series,
+        figures=test_figures(outcomes),
+        test_files=test_counts(outcomes),
+    )
     results.write(path, doc)
     return doc
 
@@ -261,8 +308,9 @@ def case_results(xml: Path) -> dict[str, str]:
 def regressions(base: dict[str, str], series: dict[str, str]) -> list[str]:
     """Tests that pass on the base and do not pass (or skip) with the series;
     a test the series no longer reports at all counts too."""
-    return sorted(t for t, r in base.items()
-                  if r == "passed" and series.get(t) not in ("passed", "skipped"))
+    return sorted(
+        t for t, r in base.items() if r == "passed" and series.get(t) not in ("passed", "skipped")
+    )
 
 
 def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
@@ -279,8 +327,9 @@ def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
     return dest
 
 
-def compare_upstream(base_tree: Path, series_tree: Path, tests: list[str], out_dir: Path,
-                     log=print, **kw) -> list[str]:
+def compare_upstream(
+    base_tree: Path, series_tree: Path, tests: list[str], out_dir: Path, log=print, **kw
+) -> list[str]:
     """Run ``tests`` on both trees; return the regressions as
     ``file::test``, after a line per file."""
     found = []
@@ -291,16 +340,19 @@ def compare_upstream(base_tree: Path, series_tree: Path, tests: list[str], out_d
             run_file(tree, test, out_dir / name, **kw)
             results[name] = case_results(out_dir / name / (test.replace("/", "__") + ".xml"))
         lost = regressions(results["base"], results["series"])
-        counts = {name: sum(r == "passed" for r in res.values())
-                  for name, res in results.items()}
+        counts = {name: sum(r == "passed" for r in res.values()) for name, res in results.items()}
         fails = sum(r == "failed" for r in results["base"].values())
         changed = (base_tree / test).read_bytes() != (series_tree / test).read_bytes()
-        log(f"  base {counts['base']} passed ({fails} failed there too), "
+        log(
+            f"  base {counts['base']} passed ({fails} failed there too), "
             f"series {counts['series']} passed, {len(lost)} regression(s)"
-            + ("; the series changes this file" if changed else ""))
+            + ("; the series changes this file" if changed else "")
+        )
         for t in lost:
-            log(f"      REGRESSION {t}: passes on the base, "
-                f"{results['series'].get(t, 'not reported')} with the series")
+            log(
+                f"      REGRESSION {t}: passes on the base, "
+                f"{results['series'].get(t, 'not reported')} with the series"
+            )
         found += [f"{test}::{t}" for t in lost]
     return found
 
@@ -322,7 +374,13 @@ def upstream(where, tree: Path, log=print) -> list[str]:
         (out / d).mkdir(parents=True, exist_ok=True)
     # Tests that would fetch a model fail at once instead of retrying the hub,
     # on both trees alike.
-    found = compare_upstream(base_tree, tree, tests, out, log=log,
-                             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    found = compare_upstream(
+        base_tree,
+        tree,
+        tests,
+        out,
+        log=log,
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
     return found

@@ -44,8 +44,10 @@ def session_lock(root: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         who = owner.read_text().strip() if owner.exists() else "another process"
-        raise ToolkitError(f"another serieskit session ({who}) holds {path}: "
-                           "wait for it to finish, then run this again") from None
+        raise ToolkitError(
+            f"another serieskit session ({who}) holds {path}: "
+            "wait for it to finish, then run this again"
+        ) from None
     try:
         owner.write_text(f"pid {os.getpid()}\n")
         yield
@@ -71,8 +73,15 @@ def backup_ref(repo: Path, commit: str, why: str) -> str:
 
 def stash(repo: Path, why: str) -> str:
     """Stash every uncommitted change, untracked files included."""
-    git.git(repo, "stash", "push", "--include-untracked", "-m", f"serieskit {stamp()}: {why}",
-            env={"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1]})
+    git.git(
+        repo,
+        "stash",
+        "push",
+        "--include-untracked",
+        "-m",
+        f"serieskit {stamp()}: {why}",
+        env={"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1]},
+    )
     return "stash@{0}"
 
 
@@ -128,8 +137,9 @@ def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) ->
     tips = [t for t in TIPS if git.rev(repo, t)]
     known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
     # Commits under a backup ref are saved, base commits are the toolkit's own.
-    saved = git.git(repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF,
-                    "refs/series/base").split()
+    saved = git.git(
+        repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF, "refs/series/base"
+    ).split()
     exclude = [f"^{k}" for k in (*known, *saved)]
     out = git.git(repo, "log", "--reverse", "--format=%H %s", *tips, *exclude)
     commits = [tuple(line.split(" ", 1)) for line in out.splitlines() if line]
@@ -142,20 +152,33 @@ def tips(repo: Path) -> list[str]:
     return [c for c in dict.fromkeys(git.rev(repo, t) for t in TIPS) if c]
 
 
-def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=print,
-          extra_known: tuple[str, ...] = (), export_cmd: str = "nox -s export") -> None:
+def guard(
+    root: Path,
+    repo: Path,
+    state: State,
+    action: str,
+    force: bool,
+    log=print,
+    extra_known: tuple[str, ...] = (),
+    export_cmd: str = "nox -s export",
+) -> None:
     """Refuse ``action`` over the user's work; with ``force``, save it first."""
     check_index_lock(repo, action)
     work = unsaved_work(repo, state, extra_known)
     if not work:
         return
     if not force:
-        raise ToolkitError("\n".join([
-            f"{action}: the work tree {repo} holds work that is not in its patch files:",
-            *work.describe(repo),
-            f"  keep it: commit your changes and run `{export_cmd}` (writes them out), "
-            f"or rerun with --force, which stashes changes and keeps commits under {BACKUP_REF}/",
-        ]))
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"{action}: the work tree {repo} holds work that is not in its patch files:",
+                    *work.describe(repo),
+                    f"  keep it: commit your changes and run `{export_cmd}` (writes them out), "
+                    "or rerun with --force, which stashes changes and keeps commits under "
+                    f"{BACKUP_REF}/",
+                ]
+            )
+        )
     save(repo, work, action, log)
 
 
@@ -181,8 +204,10 @@ def save(repo: Path, work: Unsaved, why: str, log=print) -> None:
             log(f"{why}: kept {len(work.commits)} unexported commit(s) of {tip} as {ref}")
     if work.dirty:
         where = stash(repo, f"saved by {why} --force")
-        log(f"{why}: stashed {len(work.dirty)} uncommitted file(s) as {where} "
-            f"(`git -C {repo} stash list`)")
+        log(
+            f"{why}: stashed {len(work.dirty)} uncommitted file(s) as {where} "
+            f"(`git -C {repo} stash list`)"
+        )
 
 
 def guard_folder(root: Path, repo: Path, force: bool, log=print) -> None:
@@ -191,9 +216,11 @@ def guard_folder(root: Path, repo: Path, force: bool, log=print) -> None:
     if git.is_repo(repo) or not repo.exists() or not any(repo.iterdir()):
         return
     if not force:
-        raise ToolkitError(f"{repo} exists but is not a git repository (no .git): "
-                           "move it aside, or rerun with --force, which moves it under "
-                           f"{BACKUP_DIR}/")
+        raise ToolkitError(
+            f"{repo} exists but is not a git repository (no .git): "
+            "move it aside, or rerun with --force, which moves it under "
+            f"{BACKUP_DIR}/"
+        )
     dest = backup_dir(root, "work-tree") / repo.name
     shutil.move(str(repo), dest)
     log(f"apply: moved {repo} (not a git repository) to {dest}")

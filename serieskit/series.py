@@ -52,8 +52,12 @@ FORMAT_PATCH_ARGS = (
     "--no-signature",  # no "-- \n2.39.5": the git version would drift
     "--full-index",  # full blob ids: `am --3way` finds the preimage on any base
     "--no-numbered",  # "[PATCH]", not "[PATCH 3/6]": inserting a patch renames no other
-    "--no-cover-letter", "--no-thread", "--no-attach", "--no-color",
-    "--stat=80", "--stat-graph-width=20",  # the stat does not follow the terminal's width
+    "--no-cover-letter",
+    "--no-thread",
+    "--no-attach",
+    "--no-color",
+    "--stat=80",
+    "--stat-graph-width=20",  # the stat does not follow the terminal's width
 )
 
 
@@ -77,16 +81,18 @@ def read_series(where: Where) -> list[str]:
     t = target.of(where)
     path, label = t.patches / SERIES, f"{t.patches_label}/{SERIES}"
     if not path.exists():
-        raise ToolkitError(f"{path} is missing: it lists the patches in order "
-                           "(an empty file for an empty series)")
+        raise ToolkitError(
+            f"{path} is missing: it lists the patches in order (an empty file for an empty series)"
+        )
     seen: dict[str, int] = {}  # name -> its line
     for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         if line in seen:
-            raise ToolkitError(f"{label} names {line} twice (lines {seen[line]} "
-                               f"and {n}): remove one")
+            raise ToolkitError(
+                f"{label} names {line} twice (lines {seen[line]} and {n}): remove one"
+            )
         if not (t.patches / line).is_file():
             raise ToolkitError(f"{label} names {line}, which does not exist")
         seen[line] = n
@@ -117,15 +123,19 @@ class PatchFile:
     stat: tuple[int, int, int] | None  # files, insertions, deletions of its summary line
 
 
-_STAT = re.compile(r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
-                   r"(?:, (\d+) deletions?\(-\))?$", re.M)
+_STAT = re.compile(
+    r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
+    r"(?:, (\d+) deletions?\(-\))?$",
+    re.M,
+)
 
 
 def read_patch(path: Path) -> PatchFile:
     raw = path.read_bytes()
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
-    subject = " ".join(str(email.header.make_header(
-        email.header.decode_header(msg.get("Subject", "")))).split())
+    subject = " ".join(
+        str(email.header.make_header(email.header.decode_header(msg.get("Subject", "")))).split()
+    )
     subject = subject.removeprefix("[PATCH] ")
     text = raw.decode(errors="replace")
     head, _, body = text.partition("\ndiff --git ")
@@ -149,8 +159,12 @@ def read_patch(path: Path) -> PatchFile:
         elif in_hunk and line.startswith("-"):
             deleted += 1
     return PatchFile(
-        subject, trailer.group(1) if trailer else None, frozenset(files), diffs,
-        inserted, deleted,
+        subject,
+        trailer.group(1) if trailer else None,
+        frozenset(files),
+        diffs,
+        inserted,
+        deleted,
         tuple(int(g or 0) for g in stat.groups()) if stat else None,  # type: ignore[arg-type]
     )
 
@@ -163,11 +177,15 @@ def patch_problem(patch: PatchFile) -> str | None:
         return None  # written by hand, without a stat: git am is the judge
     files, ins, dels = patch.stat
     if patch.diffs != files:
-        return (f"its summary says {files} file(s) changed but it holds {patch.diffs} "
-                "diff(s): the file is truncated")
+        return (
+            f"its summary says {files} file(s) changed but it holds {patch.diffs} "
+            "diff(s): the file is truncated"
+        )
     if (patch.inserted, patch.deleted) != (ins, dels):
-        return (f"its summary says +{ins} -{dels} lines but its hunks hold "
-                f"+{patch.inserted} -{patch.deleted}: the file is truncated or edited")
+        return (
+            f"its summary says +{ins} -{dels} lines but its hunks hold "
+            f"+{patch.inserted} -{patch.deleted}: the file is truncated or edited"
+        )
     return None
 
 
@@ -178,8 +196,9 @@ def check_patches(where: Where, names: list[str]) -> dict[str, PatchFile]:
     for i, name in enumerate(names, 1):
         patch = read_patch(t.patches / name)
         if problem := patch_problem(patch):
-            raise ToolkitError(f"{t.patches_label}/{name} ({i}/{len(names)}) is malformed: "
-                               f"{problem}")
+            raise ToolkitError(
+                f"{t.patches_label}/{name} ({i}/{len(names)}) is malformed: {problem}"
+            )
         patches[name] = patch
     return patches
 
@@ -220,11 +239,15 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         # changes to files the patch does not touch; the guard sees the rest.
         git.git(repo, "am", "--abort")
     elif op is not None:
-        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it, or "
-                           f"`git -C {repo} {op} --abort`, then run this again")
+        raise ToolkitError(
+            f"a git {op} is in progress in {repo}: finish it, or "
+            f"`git -C {repo} {op} --abort`, then run this again"
+        )
     if state.in_progress:
-        log(f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
-            "applying again")
+        log(
+            f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
+            "applying again"
+        )
 
     moved = state.base is not None and t.commit is not None and state.base != t.commit
     if moved and not force:
@@ -232,27 +255,54 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"the work tree holds the series rebased onto {state.base_label} (nox -s rebase), "
             "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
-            f"under {safety.BACKUP_REF}/")
-    safety.guard(root, repo, state, "apply", force, log, export_cmd=t.cmd("export"),
-                 extra_known=_left_by_interrupted_apply(repo, state, names, patches))
+            f"under {safety.BACKUP_REF}/"
+        )
+    safety.guard(
+        root,
+        repo,
+        state,
+        "apply",
+        force,
+        log,
+        export_cmd=t.cmd("export"),
+        extra_known=_left_by_interrupted_apply(repo, state, names, patches),
+    )
     if moved and (head := git.rev(repo, "HEAD")):
-        log(f"apply: kept the series rebased onto {state.base_label} as "
-            f"{safety.backup_ref(repo, head, 'rebased')}")
+        log(
+            f"apply: kept the series rebased onto {state.base_label} as "
+            f"{safety.backup_ref(repo, head, 'rebased')}"
+        )
 
     base_commit, _ = base.ensure_base(repo, t.version, t.sha256, t.commit, log=log)
     fp = fingerprint(t, base_commit)
     head = git.rev(repo, "HEAD")
-    if (fp == state.fingerprint and head == state.head and head is not None
-            and state.complete and git.branch(repo) == BRANCH and not git.dirty_files(repo)):
-        log(f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
-            f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)")
+    if (
+        fp == state.fingerprint
+        and head == state.head
+        and head is not None
+        and state.complete
+        and git.branch(repo) == BRANCH
+        and not git.dirty_files(repo)
+    ):
+        log(
+            f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
+            f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)"
+        )
         return state
     if not names:
-        log(f"apply: {t.patches_label}/series lists no patch: the work tree is "
-            f"vLLM {t.version} alone")
+        log(
+            f"apply: {t.patches_label}/series lists no patch: the work tree is "
+            f"vLLM {t.version} alone"
+        )
 
-    state = State(base=base_commit, base_label=t.version, total=len(names),
-                  in_progress="apply", head=base_commit, started_from=safety.tips(repo))
+    state = State(
+        base=base_commit,
+        base_label=t.version,
+        total=len(names),
+        in_progress="apply",
+        head=base_commit,
+        started_from=safety.tips(repo),
+    )
     state.save(t)
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     for i, name in enumerate(names, 1):
@@ -264,22 +314,29 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     state.in_progress = None
     state.fingerprint = fp
     state.save(t)
-    log(f"apply: {len(names)} patch(es) on vLLM {t.version} ({t.patches_label}), HEAD "
-        f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)")
+    log(
+        f"apply: {len(names)} patch(es) on vLLM {t.version} ({t.patches_label}), HEAD "
+        f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)"
+    )
     return state
 
 
 def stopped_message(t: Target, state: State) -> str:
     """Why a session refuses while a rebase or a carry is stopped at a conflict."""
     if state.rebase and state.rebase.kind == "carry":
-        return (f"a carry to the port is stopped at a conflict: finish it with "
-                f"`nox -s carry -- {t.version} --continue` or give up with `--abort`")
-    return ("a rebase is stopped at a conflict: finish it with "
-            "`nox -s rebase -- --continue` or give up with `--abort`")
+        return (
+            f"a carry to the port is stopped at a conflict: finish it with "
+            f"`nox -s carry -- {t.version} --continue` or give up with `--abort`"
+        )
+    return (
+        "a rebase is stopped at a conflict: finish it with "
+        "`nox -s rebase -- --continue` or give up with `--abort`"
+    )
 
 
-def _left_by_interrupted_apply(repo: Path, state: State, names: list[str],
-                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+def _left_by_interrupted_apply(
+    repo: Path, state: State, names: list[str], patches: dict[str, PatchFile]
+) -> tuple[str, ...]:
     """What an interrupted apply left in the work tree that is not the user's:
     the commits it started from (its guard had passed them) and those it made."""
     if not state.in_progress:
@@ -287,8 +344,9 @@ def _left_by_interrupted_apply(repo: Path, state: State, names: list[str],
     return (*state.started_from, *_made_by_interrupted_apply(repo, state, names, patches))
 
 
-def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
-                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+def _made_by_interrupted_apply(
+    repo: Path, state: State, names: list[str], patches: dict[str, PatchFile]
+) -> tuple[str, ...]:
     """The commits an apply killed between `git am` and its state save made:
     on top of the last recorded one, by the toolkit's committer, one per next
     patch of the series, in order. Anything else is the user's."""
@@ -299,8 +357,7 @@ def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
     for i, line in enumerate(out.splitlines()):
         cid, committer, subject = line.split("\0")
         k = state.applied + i
-        if (k >= len(names) or committer != git.COMMITTER[0]
-                or subject != patches[names[k]].subject):
+        if k >= len(names) or committer != git.COMMITTER[0] or subject != patches[names[k]].subject:
             break
         ours = cid
     return (ours,) if ours else ()
@@ -309,8 +366,15 @@ def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],
 def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) -> None:
     """Commit one patch; check the commit touches exactly the patch's files."""
     repo = t.work
-    proc = git.run(repo, "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date",
-                   "--no-gpg-sign", str(t.patches / name))
+    proc = git.run(
+        repo,
+        "am",
+        "--3way",
+        "--keep-non-patch",
+        "--committer-date-is-author-date",
+        "--no-gpg-sign",
+        str(t.patches / name),
+    )
     problem = None
     if proc.returncode != 0:
         files = _conflicted(repo) or _am_failed_files(proc.stdout + proc.stderr)
@@ -319,8 +383,10 @@ def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) ->
     else:
         touched = set(git.changed_files(repo, "HEAD"))
         if touched != patch.files:
-            problem = ("applied, but its commit touches "
-                       f"{', '.join(sorted(touched ^ patch.files))} against what it lists")
+            problem = (
+                "applied, but its commit touches "
+                f"{', '.join(sorted(touched ^ patch.files))} against what it lists"
+            )
             git.git(repo, "reset", "-q", "--hard", "HEAD~1")  # our own commit, from the patch
     if problem:
         state.in_progress = None
@@ -328,8 +394,9 @@ def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) ->
         state.head = git.rev(repo, "HEAD")
         state.save(t)
         shown = f"{t.patches_label}/{name}" if t.port else name
-        raise ToolkitError(f"patch {shown} ({i}/{n}) {problem}; the work tree holds "
-                           f"patches 1-{i - 1} only")
+        raise ToolkitError(
+            f"patch {shown} ({i}/{n}) {problem}; the work tree holds patches 1-{i - 1} only"
+        )
 
 
 def _conflicted(repo: Path) -> list[str]:
@@ -353,8 +420,9 @@ def format_patches(repo: Path, base_commit: str, out: Path) -> list[str]:
     """Write base..HEAD as byte-stable format-patch files; return their names."""
     merges = git.git(repo, "rev-list", "--merges", f"{base_commit}..HEAD").split()
     if merges:
-        raise ToolkitError(f"the work tree has merge commits ({merges[0][:12]}): "
-                           "a series must be linear")
+        raise ToolkitError(
+            f"the work tree has merge commits ({merges[0][:12]}): a series must be linear"
+        )
     out.mkdir(parents=True, exist_ok=True)
     listed = git.git(repo, *FORMAT_PATCH_ARGS, "-o", str(out), f"{base_commit}..HEAD")
     return [Path(p).name for p in listed.split()]
@@ -373,28 +441,39 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
     if op := git.operation_in_progress(repo):
         raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
     if state.in_progress:
-        raise ToolkitError(f"an apply was interrupted at {state.applied}/{state.total}: "
-                           f"the work tree is not the whole series; `{t.cmd('apply')}` redoes it")
+        raise ToolkitError(
+            f"an apply was interrupted at {state.applied}/{state.total}: "
+            f"the work tree is not the whole series; `{t.cmd('apply')}` redoes it"
+        )
     if state.failed:
-        raise ToolkitError(f"the last apply stopped at {label}/{state.failed}: the work tree "
-                           f"holds {state.applied}/{state.total} patches, and export would "
-                           f"drop the rest; fix the patch and `{t.cmd('apply')}`")
+        raise ToolkitError(
+            f"the last apply stopped at {label}/{state.failed}: the work tree "
+            f"holds {state.applied}/{state.total} patches, and export would "
+            f"drop the rest; fix the patch and `{t.cmd('apply')}`"
+        )
     if state.base != t.commit:
         owner = f"the port's ({label})" if t.port else "the pin's"
         raise ToolkitError(
             f"the work tree is on {state.base_label} ({state.base[:12]}), {owner} base on "
             f"{t.version}: export writes patches for {owner} base"
-            + (" (`nox -s rebase -- --update-pin` moves the pin)"
-               if state.rebase and state.rebase.is_release else ""))
+            + (
+                " (`nox -s rebase -- --update-pin` moves the pin)"
+                if state.rebase and state.rebase.is_release
+                else ""
+            )
+        )
     if (on := git.branch(repo)) != BRANCH:
         where_ = "detached" if on is None else f"on branch {on}"
-        raise ToolkitError(f"HEAD is {where_} in {repo}: export writes the branch "
-                           f"`{BRANCH}`; `git -C {repo} checkout {BRANCH}` first")
+        raise ToolkitError(
+            f"HEAD is {where_} in {repo}: export writes the branch "
+            f"`{BRANCH}`; `git -C {repo} checkout {BRANCH}` first"
+        )
     if not force and state.fingerprint != fingerprint(t, state.base):
         raise ToolkitError(
             f"{label}/ changed since the work tree was made from it: `{t.cmd('apply')}` takes "
             f"those changes (it keeps your work first), or `{t.cmd('export', '--force')}` "
-            f"overwrites them (keeping the current files under {safety.BACKUP_DIR}/)")
+            f"overwrites them (keeping the current files under {safety.BACKUP_DIR}/)"
+        )
     return repo
 
 
@@ -423,11 +502,20 @@ def export(where: Where, check: bool = False, force: bool = False, log=print) ->
     series_changed = not series_path.exists() or series_path.read_text() != series_text
     if check:
         drift = changed + removed + (["series"] if series_changed else [])
-        log("export --check: " + (f"{label}/ matches the work tree" if not drift
-                                  else f"{label}/ differs: " + ", ".join(drift)))
+        log(
+            "export --check: "
+            + (
+                f"{label}/ matches the work tree"
+                if not drift
+                else f"{label}/ differs: " + ", ".join(drift)
+            )
+        )
         return drift
-    kept = safety.keep_files(t.root, [pdir / n for n in changed + removed]
-                             + ([series_path] if series_changed else []), "export")
+    kept = safety.keep_files(
+        t.root,
+        [pdir / n for n in changed + removed] + ([series_path] if series_changed else []),
+        "export",
+    )
     for name in changed:
         (pdir / name).write_bytes(new[name])
     for name in removed:
@@ -462,26 +550,38 @@ def check_manifest(where: Where, repo: Path, base_commit: str, names: list[str])
     entries = read_manifest(t)
     if not entries and not (t.patches / MANIFEST).exists():
         return
-    problems = [f"{manifest} entry {e.get('name', e.get('file'))} lacks "
-                f"{', '.join(k for k in REQUIRED if k not in e)}"
-                for e in entries if any(k not in e for k in REQUIRED)]
+    problems = [
+        f"{manifest} entry {e.get('name', e.get('file'))} lacks "
+        f"{', '.join(k for k in REQUIRED if k not in e)}"
+        for e in entries
+        if any(k not in e for k in REQUIRED)
+    ]
     listed = [e.get("name") for e in entries]
     trailers = commit_names(repo, base_commit)
     for cid, subject, name in trailers:
         if name is None:
-            problems.append(f"commit {cid[:12]} \"{subject}\" has no {NAME_TRAILER}: trailer "
-                            f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "
-                            f"[[patch]] entry with name = \"NAME\" in {manifest})")
+            problems.append(
+                f'commit {cid[:12]} "{subject}" has no {NAME_TRAILER}: trailer '
+                f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "
+                f'[[patch]] entry with name = "NAME" in {manifest})'
+            )
         elif name not in listed:
-            problems.append(f"commit {cid[:12]} \"{subject}\" is {NAME_TRAILER}: {name}, "
-                            f"which {manifest} has no entry for")
+            problems.append(
+                f'commit {cid[:12]} "{subject}" is {NAME_TRAILER}: {name}, '
+                f"which {manifest} has no entry for"
+            )
     have = {name for _, _, name in trailers}
-    problems += [f"{manifest} has an entry {n} that no commit names: remove it, or "
-                 f"restore the commit's {NAME_TRAILER}: trailer"
-                 for n in listed if n not in have]
+    problems += [
+        f"{manifest} has an entry {n} that no commit names: remove it, or "
+        f"restore the commit's {NAME_TRAILER}: trailer"
+        for n in listed
+        if n not in have
+    ]
     if problems:
-        raise ToolkitError("the manifest does not match the series (nothing written):\n"
-                           + "\n".join(f"  {p}" for p in problems))
+        raise ToolkitError(
+            "the manifest does not match the series (nothing written):\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
 
 
 def commit_names(repo: Path, base_commit: str) -> list[tuple[str, str, str | None]]:
@@ -491,7 +591,7 @@ def commit_names(repo: Path, base_commit: str) -> list[tuple[str, str, str | Non
     rows = []
     fields = out.split("\0")
     for i in range(0, len(fields) - 3, 3):
-        cid, subject, name = (f.strip() for f in fields[i:i + 3])
+        cid, subject, name = (f.strip() for f in fields[i : i + 3])
         rows.append((cid, subject, name.split("\x01")[0].strip() or None))
     return rows
 

@@ -76,9 +76,11 @@ class State:
             rebase = data.pop("rebase", None)
             return cls(**data, rebase=RebaseState(**rebase) if rebase else None)
         except (ValueError, TypeError):
-            raise ToolkitError(f"{path} is corrupt: move it aside and run "
-                               "`nox -s apply` (`-- --port VERSION` for a port's), which checks "
-                               "the work tree for your work") from None
+            raise ToolkitError(
+                f"{path} is corrupt: move it aside and run "
+                "`nox -s apply` (`-- --port VERSION` for a port's), which checks "
+                "the work tree for your work"
+            ) from None
 
     def save(self, where: Any) -> None:
         path = self.path(where)
@@ -90,8 +92,12 @@ class State:
     @property
     def complete(self) -> bool:
         """The last apply (or export) left the whole series, nothing half done."""
-        return (self.base is not None and self.in_progress is None and self.failed is None
-                and not self.rebase_stopped)
+        return (
+            self.base is not None
+            and self.in_progress is None
+            and self.failed is None
+            and not self.rebase_stopped
+        )
 
     @property
     def rebase_stopped(self) -> bool:

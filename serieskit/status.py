@@ -19,8 +19,11 @@ def status(where: Path | Target, log=print) -> dict:
     repo = t.work
     names = series.read_series(t)
     info: dict = {"pin": pin.version, "patches": names, "work_tree": str(repo)}
-    owner = f"port:      vLLM {pin.version} ({t.patches_label})" if t.port else \
-        f"pin:       vLLM {pin.version}"
+    owner = (
+        f"port:      vLLM {pin.version} ({t.patches_label})"
+        if t.port
+        else f"pin:       vLLM {pin.version}"
+    )
     log(f"{owner} (sdist sha256 {pin.sha256[:16]}..., base commit {(pin.commit or '?')[:12]})")
     if not t.port:
         _port_lines(t, info, log)
@@ -29,14 +32,18 @@ def status(where: Path | Target, log=print) -> dict:
         info["work_tree"] = None
         return info
     if not git.is_repo(repo):
-        log(f"work tree: {repo} is not a git repository (no .git): `{t.cmd('apply')}` refuses "
+        log(
+            f"work tree: {repo} is not a git repository (no .git): `{t.cmd('apply')}` refuses "
             f"until it is moved aside; `{t.cmd('apply', '--force')}` moves it under "
-            f"{safety.BACKUP_DIR}/")
+            f"{safety.BACKUP_DIR}/"
+        )
         return info
     if not State.exists(t):
-        log(f"work tree: {repo}, with no record of what the toolkit wrote there "
+        log(
+            f"work tree: {repo}, with no record of what the toolkit wrote there "
             f"({State.path(t).relative_to(t.root)} is missing): `{t.cmd('apply')}` treats "
-            "every commit beyond the base as yours and refuses (or keeps them, with --force)")
+            "every commit beyond the base as yours and refuses (or keeps them, with --force)"
+        )
         _uncommitted(repo, info, log)
         return info
     state = State.load(t)
@@ -45,28 +52,46 @@ def status(where: Path | Target, log=print) -> dict:
     on_pin = state.base == pin.commit
     branch = git.branch(repo)
     if state.rebase_stopped and state.rebase:
-        what = "a carry of the pin's changes" if state.rebase.kind == "carry" else \
-            f"a rebase from vLLM {state.rebase.old_label} onto {state.rebase.target}"
+        what = (
+            "a carry of the pin's changes"
+            if state.rebase.kind == "carry"
+            else f"a rebase from vLLM {state.rebase.old_label} onto {state.rebase.target}"
+        )
         log(f"work tree: {repo}, in {what} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
         for line in rebase.conflict_lines(t):
             log(line)
         _uncommitted(repo, info, log)
         return info
-    on = ("the port's base" if t.port else "the pin's base") if on_pin else \
-        f"vLLM {state.base_label}"
-    log(f"work tree: {repo} on {on} ({(state.base or '?')[:12]}), HEAD {(head or '?')[:12]}"
-        + ("" if branch == series.BRANCH else
-           " (detached)" if branch is None else f" (branch {branch})"))
+    on = (
+        ("the port's base" if t.port else "the pin's base")
+        if on_pin
+        else f"vLLM {state.base_label}"
+    )
+    log(
+        f"work tree: {repo} on {on} ({(state.base or '?')[:12]}), HEAD {(head or '?')[:12]}"
+        + (
+            ""
+            if branch == series.BRANCH
+            else " (detached)"
+            if branch is None
+            else f" (branch {branch})"
+        )
+    )
     if state.in_progress:
-        log(f"  an apply was interrupted at {state.applied}/{state.total}: `{t.cmd('apply')}` "
-            "redoes it (any work of yours stops it first)")
+        log(
+            f"  an apply was interrupted at {state.applied}/{state.total}: `{t.cmd('apply')}` "
+            "redoes it (any work of yours stops it first)"
+        )
     elif state.failed:
-        log(f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "
-            f"{state.applied}/{state.total} patches; fix that patch, then `{t.cmd('apply')}`")
+        log(
+            f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "
+            f"{state.applied}/{state.total} patches; fix that patch, then `{t.cmd('apply')}`"
+        )
     elif state.rebase and not on_pin:
         _rebased_lines(state, pin, log)
-    _commits(t, state, names, info, log,
-             advise=state.complete and on_pin and branch == series.BRANCH)
+    _commits(
+        t, state, names, info, log, advise=state.complete and on_pin and branch == series.BRANCH
+    )
     _uncommitted(repo, info, log)
     return info
 
@@ -84,35 +109,44 @@ def _port_lines(pin: Target, info: dict, log) -> None:
         except ToolkitError as e:
             lags = [f"({e})"]
         info["ports"][port.version] = lags
-        log(f"port:      vLLM {port.version} ({port.patches}): "
-            + (f"lacks the pin's changes to {', '.join(lags)}: `nox -s carry -- {port.version}`"
-               if lags else "has every change of the pin's patches"))
+        log(
+            f"port:      vLLM {port.version} ({port.patches}): "
+            + (
+                f"lacks the pin's changes to {', '.join(lags)}: `nox -s carry -- {port.version}`"
+                if lags
+                else "has every change of the pin's patches"
+            )
+        )
 
 
 def _rebased_lines(state: State, pin: base.Pin, log) -> None:
     rb = state.rebase
     assert rb
     if rb.is_release:
-        log(f"  the series is rebased onto vLLM {rb.target}; the pin and patches/ are still "
+        log(
+            f"  the series is rebased onto vLLM {rb.target}; the pin and patches/ are still "
             f"on {pin.version}: `nox -s rebase -- --update-pin` moves them there, "
             "`nox -s apply -- --force` goes back to the pin (keeping these commits under "
-            f"{safety.BACKUP_REF}/)")
+            f"{safety.BACKUP_REF}/)"
+        )
     else:
-        log(f"  the series is rebased onto {rb.target}, a fork's ref; the pin stays on "
+        log(
+            f"  the series is rebased onto {rb.target}, a fork's ref; the pin stays on "
             f"{pin.version}: build, lint and test work here; `nox -s apply -- --force` goes "
-            f"back to the pin (keeping these commits under {safety.BACKUP_REF}/)")
+            f"back to the pin (keeping these commits under {safety.BACKUP_REF}/)"
+        )
 
 
-def _commits(t: Target, state: State, names: list[str], info: dict, log,
-             advise: bool) -> None:
+def _commits(t: Target, state: State, names: list[str], info: dict, log, advise: bool) -> None:
     repo, label = t.work, t.patches_label
     head = git.rev(repo, "HEAD")
     commits = git.commits(repo, f"{state.base}..HEAD") if head and state.base else []
     differ: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            exported = (series.format_patches(repo, state.base, Path(tmp))
-                        if commits and state.base else [])
+            exported = (
+                series.format_patches(repo, state.base, Path(tmp)) if commits and state.base else []
+            )
         except ToolkitError:
             exported = []
         log(f"applied:   {len(commits)} commit(s)")
@@ -132,12 +166,16 @@ def _commits(t: Target, state: State, names: list[str], info: dict, log,
     if not (differ or missing):
         log(f"patches:   the work tree matches {label}/")
     elif advise:
-        log(f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
+        log(
+            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
             f"- not applied): `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` "
-            "the patches")
+            "the patches"
+        )
     else:
-        log(f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
-            "- not applied)")
+        log(
+            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
+            "- not applied)"
+        )
 
 
 def _uncommitted(repo: Path, info: dict, log) -> None:

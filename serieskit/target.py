@@ -74,14 +74,25 @@ def port(root: Path, version: str) -> Target:
     found = next((p for p in ports if p.version == version), None)
     if found is None:
         listed = ", ".join(p.version for p in ports) or "none"
-        raise ToolkitError(f"pin.toml lists no port to vLLM {version} (ports: {listed}): "
-                           "add a [[port]] table (README: Ports)")
+        raise ToolkitError(
+            f"pin.toml lists no port to vLLM {version} (ports: {listed}): "
+            "add a [[port]] table (README: Ports)"
+        )
     folder = root / found.patches
     if not folder.is_dir():
-        raise ToolkitError(f"the port to vLLM {version}: its patch folder {found.patches} "
-                           "(pin.toml) does not exist")
-    return Target(root, found.version, found.sha256, found.commit, folder, port=True,
-                  torch=found.torch or PIN_TORCH)
+        raise ToolkitError(
+            f"the port to vLLM {version}: its patch folder {found.patches} "
+            "(pin.toml) does not exist"
+        )
+    return Target(
+        root,
+        found.version,
+        found.sha256,
+        found.commit,
+        folder,
+        port=True,
+        torch=found.torch or PIN_TORCH,
+    )
 
 
 def resolve(root: Path, version: str | None = None) -> Target:

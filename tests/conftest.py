@@ -26,8 +26,9 @@ BASE_FILES = {
 }
 
 
-def make_sdist(path: Path, version: str, files: dict[str, str],
-               executable: tuple[str, ...] = ("tools/run.sh",)) -> Path:
+def make_sdist(
+    path: Path, version: str, files: dict[str, str], executable: tuple[str, ...] = ("tools/run.sh",)
+) -> Path:
     """A .tar.gz laid out like a PyPI sdist: everything under vllm-VERSION/."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as tar:
@@ -76,14 +77,25 @@ def root(tmp_path, cache) -> Path:
     return r
 
 
-def commit_file(repo: Path, path: str, text: str, subject: str,
-                author: str = "Ada <ada@example.com>", date: str = "1700000000 +0100") -> str:
+def commit_file(
+    repo: Path,
+    path: str,
+    text: str,
+    subject: str,
+    author: str = "Ada <ada@example.com>",
+    date: str = "1700000000 +0100",
+) -> str:
     """Commit one file change in ``repo`` as a user would."""
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text(text)
     name, email = author[:-1].split(" <")
-    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
-           "GIT_COMMITTER_NAME": "Someone", "GIT_COMMITTER_EMAIL": "someone@example.com"}
+    env = {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": "Someone",
+        "GIT_COMMITTER_EMAIL": "someone@example.com",
+    }
     git.git(repo, "add", path)
     git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: because the test says so.", env=env)
     return git.rev(repo, "HEAD") or ""

@@ -58,6 +58,7 @@ def test_checksum_mismatch_is_an_error_and_leaves_nothing(tmp_path, cache, monke
     def fake_download(name, version, dest):
         make_sdist(dest, version, {"x": "tampered"})
         return {"sha256": "f" * 64}
+
     monkeypatch.setattr(base, "_download", fake_download)
     with pytest.raises(ToolkitError, match="sha256 mismatch for vllm-0.0.9.tar.gz: the pin"):
         base.fetch_sdist("0.0.9", "a" * 64)
@@ -74,6 +75,7 @@ def test_corrupt_cache_is_downloaded_again(cache, monkeypatch):
         calls.append(name)
         dest.write_bytes(good)
         return {"sha256": sha}
+
     monkeypatch.setattr(base, "_download", fake_download)
     _, digest = base.fetch_sdist("0.0.1", sha, log=quiet)
     assert calls == ["vllm-0.0.1.tar.gz"] and digest == sha
@@ -83,6 +85,7 @@ def test_index_without_hash_is_refused(cache, monkeypatch):
     def fake_download(name, version, dest):
         dest.write_bytes(b"x")
         return {"sha256": None}
+
     monkeypatch.setattr(base, "_download", fake_download)
     with pytest.raises(ToolkitError, match="gives no sha256"):
         base.fetch_sdist("0.0.8")
@@ -98,9 +101,12 @@ def test_pin_round_trip_and_errors(tmp_path):
     pin = base.Pin("0.26.0", "ab" * 32, "cd" * 20)
     base.write_pin(tmp_path, pin)
     assert base.read_pin(tmp_path) == pin
-    for text, why in [("[base]\nversion = 1\n", "base.version must be"),
-                      (f'[base]\nversion = "0.26.0"\nsha256 = "{"ab" * 31}"\n', "64 hex digits"),
-                      ("[base\n", "not valid TOML"), ("x = 1\n", "no \\[base\\] table")]:
+    for text, why in [
+        ("[base]\nversion = 1\n", "base.version must be"),
+        (f'[base]\nversion = "0.26.0"\nsha256 = "{"ab" * 31}"\n', "64 hex digits"),
+        ("[base\n", "not valid TOML"),
+        ("x = 1\n", "no \\[base\\] table"),
+    ]:
         (tmp_path / "pin.toml").write_text(text)
         with pytest.raises(ToolkitError, match=why):
             base.read_pin(tmp_path)

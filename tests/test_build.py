@@ -35,16 +35,21 @@ def tree_with(tmp_path, files):
 
 def test_ptxas_report_is_parsed_per_function_and_arch():
     usage = build.parse_ptxas(PTXAS)
-    assert [(u.arch, u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores)
-            for u in usage] == [("75", 255, 49152, 8, 4), ("70", 32, 0, 0, 0)]
+    assert [
+        (u.arch, u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores) for u in usage
+    ] == [("75", 255, 49152, 8, 4), ("70", 32, 0, 0, 0)]
 
 
 def test_turing_only_files_build_for_sm75_alone(tmp_path):
     tree = tree_with(tmp_path, {"a.cu": GOOD, "b_sm75.cu": GOOD})
     assert [(k.source, k.archs) for k in build.discover(tree)] == [
-        ("csrc/sm7x/a.cu", ("70", "75")), ("csrc/sm7x/b_sm75.cu", ("75",))]
+        ("csrc/sm7x/a.cu", ("70", "75")),
+        ("csrc/sm7x/b_sm75.cu", ("75",)),
+    ]
     assert build.gencode_flags(("75",), ptx=True) == [
-        "-gencode=arch=compute_75,code=sm_75", "-gencode=arch=compute_75,code=compute_75"]
+        "-gencode=arch=compute_75,code=sm_75",
+        "-gencode=arch=compute_75,code=compute_75",
+    ]
 
 
 def test_no_native_code_says_so_and_succeeds(tmp_path):
@@ -73,13 +78,15 @@ def test_kernel_that_does_not_compile_names_the_file(tmp_path):
 
 @needs_nvcc
 def test_arch_the_local_nvcc_lacks_compiles_through_cuda12(tmp_path):
-    kernel = ("#include <cuda_fp16.h>\n"
-              "__global__ void add(__half* a, const __half* b) {\n"
-              "  a[threadIdx.x] = __hadd(a[threadIdx.x], b[threadIdx.x]);\n}\n"
-              "#ifndef __CUDACC_RTC__\n"
-              "void launch(__half* a, const __half* b, cudaStream_t s) {\n"
-              "  add<<<1, 32, 0, s>>>(a, b);\n}\n"
-              "#endif\n")
+    kernel = (
+        "#include <cuda_fp16.h>\n"
+        "__global__ void add(__half* a, const __half* b) {\n"
+        "  a[threadIdx.x] = __hadd(a[threadIdx.x], b[threadIdx.x]);\n}\n"
+        "#ifndef __CUDACC_RTC__\n"
+        "void launch(__half* a, const __half* b, cudaStream_t s) {\n"
+        "  add<<<1, 32, 0, s>>>(a, b);\n}\n"
+        "#endif\n"
+    )
     tree = tree_with(tmp_path, {"add.cu": kernel})
     lines = []
     report = build.build(tree, tmp_path / "out", archs=("70", "75"), log=lines.append)

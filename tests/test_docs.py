@@ -107,22 +107,21 @@ def test_reference_content(tree):
     # KernelConfig first, then the config nested in it, then the next file.
     assert text.index("## KernelConfig") < text.index("## HostReduceConfig")
     assert text.index("## HostReduceConfig") < text.index("## AttentionConfig")
-    section = text[text.index("### `HostReduceConfig.mode`"):]
+    section = text[text.index("### `HostReduceConfig.mode`") :]
     section = section[: section.index("\n### ", 1)]
     assert "How data moves, e.g. `kernel` or `copy_engine`.\n" in section
     assert "- Type: `HostReduceMode`" in section
     assert '- Default: `"kernel"`' in section
     assert "- Source: `vllm/config/kernel.py:18`" in section
     assert (
-        "`self.enabled and self.mode not in (\"kernel\", \"copy_engine\")` -> "
+        '`self.enabled and self.mode not in ("kernel", "copy_engine")` -> '
         "`ValueError`: unknown host reduce mode {self.mode!r}" in section
     )
     assert "- Default: `HostReduceConfig()` (factory)" in text
     assert "- Default: `1 << 20`" in text
     assert "`ge=1` (`Field`" in text
     assert (
-        "`assert self.max_bytes % 16 == 0`: max_bytes must be a multiple of 16 (`_verify`"
-        in text
+        "`assert self.max_bytes % 16 == 0`: max_bytes must be a multiple of 16 (`_verify`" in text
     )
     assert "`not isinstance(value, dict)` -> `TypeError`" in text
     assert "Use the host all-reduce.\n" in text and "Off by default" not in text

@@ -20,8 +20,7 @@ SCRIPT = series_tool("check_layering.py")
 FILES = {
     "vllm/__init__.py": "",
     "vllm/platforms/__init__.py": (
-        "current_platform = object()\n"
-        "def f():\n    return current_platform.is_cuda()\n"
+        "current_platform = object()\ndef f():\n    return current_platform.is_cuda()\n"
     ),
     "vllm/model_executor/models/registry.py": (
         "_TEXT_GENERATION_MODELS = {\n"
@@ -185,8 +184,12 @@ def test_hook_against_a_git_ref(base):
     env = {k: v for k, v in os.environ.items() if k != "PRE_COMMIT_FROM_REF"}
 
     def hook(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(script), *args],
-                              capture_output=True, text=True, env={**env, **extra})
+        return subprocess.run(
+            [sys.executable, str(script), *args],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+        )
 
     assert hook("--base-ref", "HEAD").returncode == 0
     runner = base / "vllm/layers/runner.py"
@@ -226,6 +229,7 @@ def test_check_series_on_a_fork_base(tmp_path):
     assert "vllm/base.py (platform coupling 0 -> 1)" in text
     assert lines[-1] == "  check-layering: FAILED"
     lines = []
-    assert layering.check_series(repo, fork, SCRIPT, {"vllm/base.py": "on purpose"}, ref=upstream,
-                          log=lines.append)
+    assert layering.check_series(
+        repo, fork, SCRIPT, {"vllm/base.py": "on purpose"}, ref=upstream, log=lines.append
+    )
     assert any(line.endswith("declared, on purpose") for line in lines)

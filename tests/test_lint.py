@@ -12,7 +12,8 @@ from serieskit import lint
 
 needs_pre_commit = pytest.mark.skipif(
     importlib.util.find_spec("pre_commit") is None or importlib.util.find_spec("yaml") is None,
-    reason="needs pre-commit and PyYAML (installed by nox -s ci / lint)")
+    reason="needs pre-commit and PyYAML (installed by nox -s ci / lint)",
+)
 
 RUFF = "https://github.com/astral-sh/ruff-pre-commit"
 CLANG = "https://github.com/pre-commit/mirrors-clang-format"
@@ -23,25 +24,64 @@ def _config() -> dict:
         "default_stages": ["pre-commit", "manual"],
         "exclude": "vllm/third_party/.*",
         "repos": [
-            {"repo": RUFF, "rev": "v0.14.0", "hooks": [
-                {"id": "ruff-check", "args": ["--output-format", "github", "--fix"]},
-                {"id": "ruff-format"}]},
-            {"repo": CLANG, "rev": "v21.1.2", "hooks": [
-                {"id": "clang-format", "types_or": ["c++", "cuda"],
-                 "args": ["--style=file", "--verbose"]}]},
-            {"repo": "https://github.com/DavidAnson/markdownlint-cli2", "rev": "v0.21.0",
-             "hooks": [{"id": "markdownlint-cli2"}]},
+            {
+                "repo": RUFF,
+                "rev": "v0.14.0",
+                "hooks": [
+                    {"id": "ruff-check", "args": ["--output-format", "github", "--fix"]},
+                    {"id": "ruff-format"},
+                ],
+            },
+            {
+                "repo": CLANG,
+                "rev": "v21.1.2",
+                "hooks": [
+                    {
+                        "id": "clang-format",
+                        "types_or": ["c++", "cuda"],
+                        "args": ["--style=file", "--verbose"],
+                    }
+                ],
+            },
+            {
+                "repo": "https://github.com/DavidAnson/markdownlint-cli2",
+                "rev": "v0.21.0",
+                "hooks": [{"id": "markdownlint-cli2"}],
+            },
             {"repo": "https://github.com/example/unknown", "rev": "v1", "hooks": [{"id": "odd"}]},
-            {"repo": "local", "hooks": [
-                {"id": "mypy-3.11", "name": "mypy", "entry": "python tools/mypy.py 3.11",
-                 "language": "python", "additional_dependencies": ["mypy==1.20.2"],
-                 "stages": ["manual"]},
-                {"id": "shellcheck", "name": "sh", "entry": "tools/shellcheck.sh",
-                 "language": "script"},
-                {"id": "signoff", "name": "signoff", "entry": "bash", "language": "system",
-                 "stages": ["commit-msg"]},
-                {"id": "rust-fmt", "name": "rust", "entry": "cargo fmt", "language": "system",
-                 "stages": ["pre-commit"]}]},
+            {
+                "repo": "local",
+                "hooks": [
+                    {
+                        "id": "mypy-3.11",
+                        "name": "mypy",
+                        "entry": "python tools/mypy.py 3.11",
+                        "language": "python",
+                        "additional_dependencies": ["mypy==1.20.2"],
+                        "stages": ["manual"],
+                    },
+                    {
+                        "id": "shellcheck",
+                        "name": "sh",
+                        "entry": "tools/shellcheck.sh",
+                        "language": "script",
+                    },
+                    {
+                        "id": "signoff",
+                        "name": "signoff",
+                        "entry": "bash",
+                        "language": "system",
+                        "stages": ["commit-msg"],
+                    },
+                    {
+                        "id": "rust-fmt",
+                        "name": "rust",
+                        "entry": "cargo fmt",
+                        "language": "system",
+                        "stages": ["pre-commit"],
+                    },
+                ],
+            },
         ],
     }
 
@@ -69,17 +109,31 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
     assert "default_stages" not in offline
 
     verdicts = {h.id: h.verdict for h in hooks}
-    assert [h.id for h in hooks] == ["ruff-check", "ruff-format", "clang-format",
-                                     "markdownlint-cli2", "odd", "mypy-3.11", "shellcheck",
-                                     "signoff", "rust-fmt"]  # every hook, in order
+    assert [h.id for h in hooks] == [
+        "ruff-check",
+        "ruff-format",
+        "clang-format",
+        "markdownlint-cli2",
+        "odd",
+        "mypy-3.11",
+        "shellcheck",
+        "signoff",
+        "rust-fmt",
+    ]  # every hook, in order
     assert verdicts["ruff-check"] == verdicts["mypy-3.11"] == ""  # to be run
     assert verdicts["markdownlint-cli2"].startswith("not run: a node hook")
-    assert verdicts["odd"] == ("not run: no PyPI build of https://github.com/example/unknown "
-                               "known to the toolkit")
+    assert verdicts["odd"] == (
+        "not run: no PyPI build of https://github.com/example/unknown known to the toolkit"
+    )
     assert verdicts["shellcheck"].startswith("not run: shellcheck is not installed")
     assert verdicts["signoff"].startswith("not run: stage commit-msg only")
-    assert {h["id"] for h in repo["hooks"]} == {"ruff-check", "ruff-format", "clang-format",
-                                                 "mypy-3.11", "rust-fmt"}
+    assert {h["id"] for h in repo["hooks"]} == {
+        "ruff-check",
+        "ruff-format",
+        "clang-format",
+        "mypy-3.11",
+        "rust-fmt",
+    }
 
 
 def test_shellcheck_runs_where_installed_and_versions_lose_their_v():
@@ -116,12 +170,16 @@ def test_pre_commit_results_are_read_per_hook_id():
     assert "csrc/a.cu" in results["clang-format"][1]
     assert results["png-lint"] == ("skipped (no files to check)", "")
     assert results["check-torch-cuda-call"] == (
-        "failed", "a.py:3: error: Found torch.cuda API call.")
+        "failed",
+        "a.py:3: error: Found torch.cuda API call.",
+    )
     assert lint.mypy_errors("vllm/a.py:12: error: Bad [x]\nvllm/a.py: note: n\n") == {
-        ("vllm/a.py", "Bad [x]")}
+        ("vllm/a.py", "Bad [x]")
+    }
     output = "vllm/a.py:12: error: Bad [x]\nvllm/a.py:40: error: Old\nvllm/a.py: note: n\n"
     assert lint.new_mypy_error_lines(output, {("vllm/a.py", "Bad [x]")}) == [
-        "vllm/a.py:12: error: Bad [x]"]
+        "vllm/a.py:12: error: Bad [x]"
+    ]
 
 
 FAKE_MYPY = """\
@@ -179,8 +237,9 @@ def tree(tmp_path, monkeypatch):
 
 
 def _head(tree):
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @needs_pre_commit
@@ -192,7 +251,7 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     commit_file(tree, "notes/a.txt", "all UPPER\n", "clean note")
     lines: list[str] = []
     assert lint.run(tree, work, base, log=lines.append) == []
-    table = dict(line.split(None, 1) for line in lines[lines.index("hooks:") + 1:])
+    table = dict(line.split(None, 1) for line in lines[lines.index("hooks:") + 1 :])
     assert table["no-bad"] == "passed"
     assert table["mypy-3.10"] == "passed (its errors are the base's too)"
     assert table["upper"] == "passed"
@@ -210,32 +269,44 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     assert "notes/b.txt" in text  # the rewritten file is listed
     # The formatter rewrote the lint checkout, never the work tree.
     assert (tree / "notes/b.txt").read_text() == "lower\n"
-    assert subprocess.run(["git", "-C", str(tree), "status", "--porcelain"],
-                          capture_output=True, text=True).stdout == ""
+    assert (
+        subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True
+        ).stdout
+        == ""
+    )
 
 
 @needs_pre_commit
 def test_check_layering_verdict_is_the_toolkit_s(tree, tmp_path):
     config = (tree / ".pre-commit-config.yaml").read_text()
-    commit_file(tree, ".pre-commit-config.yaml", config + """\
+    commit_file(
+        tree,
+        ".pre-commit-config.yaml",
+        config
+        + """\
   - id: check-layering
     name: layering
     entry: "false"
     language: system
     pass_filenames: false
-""", "a layering hook that always fails")
+""",
+        "a layering hook that always fails",
+    )
     base = _head(tree)
     commit_file(tree, "vllm/c.py", "z = 1\n", "series")
     calls = []
-    assert lint.run(tree, tmp_path / "lint", base, lambda: calls.append(1) or True,
-                    log=lambda _: None) == []
+    assert (
+        lint.run(tree, tmp_path / "lint", base, lambda: calls.append(1) or True, log=lambda _: None)
+        == []
+    )
     assert calls == [1]
-    assert lint.run(tree, tmp_path / "lint", base, lambda: False,
-                    log=lambda _: None) == ["check-layering"]
+    assert lint.run(tree, tmp_path / "lint", base, lambda: False, log=lambda _: None) == [
+        "check-layering"
+    ]
 
 
 def test_a_tree_without_config_is_named(tmp_path):
     pytest.importorskip("yaml")
     with pytest.raises(lint.ToolkitError, match="no .pre-commit-config.yaml"):
         lint.write_offline_config(tmp_path, tmp_path / "out.yaml")
-

@@ -16,9 +16,14 @@ from serieskit.errors import ToolkitError
 
 
 def make_tree(path: Path) -> Path:
-    for name, text in {"vllm/__init__.py": "X = 1\n", "vllm/sub/mod.py": "Y = 2\n",
-                       "vllm/_sm7x_C.abi3.so": "stale\n", "vllm/__pycache__/m.pyc": "x",
-                       "csrc/sm7x/k.cu": "// kernel\n", "tests/t.py": "def test(): pass\n"}.items():
+    for name, text in {
+        "vllm/__init__.py": "X = 1\n",
+        "vllm/sub/mod.py": "Y = 2\n",
+        "vllm/_sm7x_C.abi3.so": "stale\n",
+        "vllm/__pycache__/m.pyc": "x",
+        "csrc/sm7x/k.cu": "// kernel\n",
+        "tests/t.py": "def test(): pass\n",
+    }.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
     return path
@@ -66,8 +71,16 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     tree = make_tree(tmp_path / "tree")
     add_wheel(cache, "9.1.0", b"core module " * 100)
     out = tmp_path / "gpu"
-    overlay.pack_gpu(tree, out, "9.1.0", "c0ffee", ["csrc/sm7x", "tests/t.py"],
-                     log=lambda *a: None, tree_id="7ree", files={"vllm/a.py": "b10b"})
+    overlay.pack_gpu(
+        tree,
+        out,
+        "9.1.0",
+        "c0ffee",
+        ["csrc/sm7x", "tests/t.py"],
+        log=lambda *a: None,
+        tree_id="7ree",
+        files={"vllm/a.py": "b10b"},
+    )
     with lzma.open(out / "part1" / "_C_stable_libtorch.abi3.so.xz") as f:
         assert f.read() == b"core module " * 100
     assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
@@ -75,16 +88,23 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
         assert tar.getnames() == [overlay.FA_DIR + "__init__.py"]  # FA2 library left out
     with tarfile.open(out / "part2" / "overlay.tgz") as tar:
         names = set(tar.getnames())
-        stamps = {n: tar.extractfile(n).read() for n in ("SERIES_COMMIT", "SERIES_TREE",
-                                                          "BASE_VERSION")}
+        stamps = {
+            n: tar.extractfile(n).read() for n in ("SERIES_COMMIT", "SERIES_TREE", "BASE_VERSION")
+        }
         tar.extractall(tmp_path / "src", filter="data")
-    assert stamps == {"SERIES_COMMIT": b"c0ffee\n", "SERIES_TREE": b"7ree\n",
-                      "BASE_VERSION": b"9.1.0\n"}
+    assert stamps == {
+        "SERIES_COMMIT": b"c0ffee\n",
+        "SERIES_TREE": b"7ree\n",
+        "BASE_VERSION": b"9.1.0\n",
+    }
     # what every results writer on the GPU machine records (serieskit.results)
     assert results.series_from_stamps(tmp_path / "src") == {
-        "base": "vllm==9.1.0", "commit": "c0ffee", "tree": "7ree",
+        "base": "vllm==9.1.0",
+        "commit": "c0ffee",
+        "tree": "7ree",
         "files": {"vllm/a.py": "b10b"},
-        "files_from": "SERIES_FILES packed with the tree (nox -s overlay -- --gpu)"}
+        "files_from": "SERIES_FILES packed with the tree (nox -s overlay -- --gpu)",
+    }
     assert {"vllm/sub/mod.py", "csrc/sm7x/k.cu", "tests/t.py"} <= names
     assert not any(n.endswith((".so", ".pyc")) for n in names)
     assert "--python-version" in no_pip[0] and "3.12" in no_pip[0]

@@ -26,7 +26,8 @@ def test_plotted_values_are_the_files():
     assert set(lines) == {"nccl", "kernel_mode", "copy_engine_mode", "floor"}
     assert dict((b, ms) for b, ms, _ in lines["floor"])[8192000] == pytest.approx(0.2221, abs=1e-4)
     assert dict((b, ms) for b, ms, _ in lines["copy_engine_mode"])[20971520] == pytest.approx(
-        bench["figures"]["allreduce_20971520B.copy_engine_mode_ms"]["value"])
+        bench["figures"]["allreduce_20971520B.copy_engine_mode_ms"]["value"]
+    )
     bars = plots.prefill_bars(committed("e2e_seed16_h200x2.json"))
     assert list(bars["arms"])[0] == "reference"  # the file's first arm, whatever the key order
     assert bars["arms"]["overlap"]["change_pct"] == pytest.approx(-4.61, abs=0.01)
@@ -46,5 +47,18 @@ def test_host_issue_and_ideal_bound_are_drawn_where_measured(tmp_path):
     assert plots.prefill_bars(e2e)["ideal"] == pytest.approx(27.2677 - 3.0, abs=1e-3)
     (tmp_path / "b.json").write_text(json.dumps(bench))
     (tmp_path / "e.json").write_text(json.dumps(e2e))
-    assert len(plots.main(["--bench", str(tmp_path / "b.json"), "--e2e",
-                           str(tmp_path / "e.json"), "--out", str(tmp_path)])) == 2
+    assert (
+        len(
+            plots.main(
+                [
+                    "--bench",
+                    str(tmp_path / "b.json"),
+                    "--e2e",
+                    str(tmp_path / "e.json"),
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+        )
+        == 2
+    )

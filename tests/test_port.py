@@ -16,8 +16,8 @@ PORT = "0.0.2"
 PORT_FILES = {
     **BASE_FILES,
     "setup.py": "print('setup 2')\n",
-    "vllm/utils.py": "# 0.0.2\n" + BASE_FILES["vllm/utils.py"].replace(
-        "return 1\n", "return 1  # 0.0.2\n", 1),
+    "vllm/utils.py": "# 0.0.2\n"
+    + BASE_FILES["vllm/utils.py"].replace("return 1\n", "return 1  # 0.0.2\n", 1),
 }
 F0 = "vllm/utils.py"
 
@@ -28,10 +28,23 @@ def commit_named(repo, files: dict[str, str], subject: str, name: str) -> None:
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
         git.git(repo, "add", path)
-    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
-           "GIT_AUTHOR_DATE": "1700000000 +0100"}
-    git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: the test says so.",
-            "-m", f"Patch-Name: {name}", env=env)
+    env = {
+        "GIT_AUTHOR_NAME": "Ada",
+        "GIT_AUTHOR_EMAIL": "ada@example.com",
+        "GIT_AUTHOR_DATE": "1700000000 +0100",
+    }
+    git.git(
+        repo,
+        "commit",
+        "-q",
+        "-m",
+        subject,
+        "-m",
+        "Why: the test says so.",
+        "-m",
+        f"Patch-Name: {name}",
+        env=env,
+    )
 
 
 def write_series(t, patches) -> None:
@@ -44,8 +57,15 @@ def write_series(t, patches) -> None:
     t.state_file.unlink(missing_ok=True)
     series.apply(t, log=quiet)
     for name, subject, edit in patches:
-        commit_named(t.work, {p: edit(p, (t.work / p).read_text() if (t.work / p).exists()
-                                      else "") for p in edit.paths}, subject, name)
+        commit_named(
+            t.work,
+            {
+                p: edit(p, (t.work / p).read_text() if (t.work / p).exists() else "")
+                for p in edit.paths
+            },
+            subject,
+            name,
+        )
     series.export(t, log=quiet)
 
 
@@ -107,20 +127,35 @@ def test_ports_are_read_and_the_pin_rewrite_keeps_them(pinport):
     assert port.cmd("apply") == f"nox -s apply -- --port {PORT}"
 
 
-@pytest.mark.parametrize("table, message", [
-    ('version = "0.0.2"\nsha256 = "x"\ncommit = ""\npatches = "ports/a"\n',
-     "port 1.sha256 must be 64 hex digits"),
-    (f'version = "0.0.1"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\n',
-     "port 0.0.1 is the pin's own release"),
-    (f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "../elsewhere"\n',
-     "port 0.0.2.patches must be a folder inside the toolkit"),
-    (f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "patches"\n',
-     "port 0.0.2.patches must be a folder inside the toolkit"),
-    (f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\nsha = "b"\n',
-     "port 1 has unknown key\\(s\\) sha"),
-    (f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\ntorch = 2\n',
-     "port 0.0.2.torch must be a torch release"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (
+            'version = "0.0.2"\nsha256 = "x"\ncommit = ""\npatches = "ports/a"\n',
+            "port 1.sha256 must be 64 hex digits",
+        ),
+        (
+            f'version = "0.0.1"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\n',
+            "port 0.0.1 is the pin's own release",
+        ),
+        (
+            f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "../elsewhere"\n',
+            "port 0.0.2.patches must be a folder inside the toolkit",
+        ),
+        (
+            f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "patches"\n',
+            "port 0.0.2.patches must be a folder inside the toolkit",
+        ),
+        (
+            f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\nsha = "b"\n',
+            "port 1 has unknown key\\(s\\) sha",
+        ),
+        (
+            f'version = "0.0.2"\nsha256 = "{"a" * 64}"\npatches = "ports/a"\ntorch = 2\n',
+            "port 0.0.2.torch must be a torch release",
+        ),
+    ],
+)
 def test_a_bad_port_table_is_one_clear_error(root, table, message):
     (root / "pin.toml").write_text((root / "pin.toml").read_text() + "[[port]]\n" + table)
     with pytest.raises(ToolkitError, match=message):
@@ -173,8 +208,9 @@ def test_cli_port_sessions_act_on_the_port(pinport, capsys):
 def test_port_apply_refuses_over_work_and_keeps_it_with_force(pinport):
     pin, port = pinport
     (port.work / F0).write_text("mine\n")
-    with pytest.raises(ToolkitError, match=f"commit your changes and run `nox -s export -- "
-                                           f"--port {PORT}`"):
+    with pytest.raises(
+        ToolkitError, match=f"commit your changes and run `nox -s export -- --port {PORT}`"
+    ):
         series.apply(port, force=False, log=quiet)
     # The pin's tree is another tree: its apply goes on.
     series.apply(pin, log=quiet)
@@ -194,8 +230,11 @@ def test_port_export_refuses_over_changed_port_patches(pinport):
     _, port = pinport
     patch = next(port.patches.glob("0001-*.patch"))
     patch.write_bytes(patch.read_bytes() + b"\n")
-    with pytest.raises(ToolkitError, match=f"ports/{PORT}/ changed since the work tree was "
-                                           f"made from it: `nox -s apply -- --port {PORT}`"):
+    with pytest.raises(
+        ToolkitError,
+        match=f"ports/{PORT}/ changed since the work tree was "
+        f"made from it: `nox -s apply -- --port {PORT}`",
+    ):
         series.export(port, log=quiet)
 
 
@@ -256,8 +295,9 @@ def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
 def test_check_fails_when_the_kernels_differ(pinport):
     pin, port = pinport
     write_series(port, pin_patches(kernel="kernel v1, edited in the port\n"))
-    with pytest.raises(ToolkitError, match="csrc/sm7x/ of the port to vLLM 0.0.2 is not the "
-                                           "pin's") as e:
+    with pytest.raises(
+        ToolkitError, match="csrc/sm7x/ of the port to vLLM 0.0.2 is not the pin's"
+    ) as e:
         carry.check(pin, port, log=quiet)
     assert "  csrc/sm7x/k.cu: differs" in str(e.value)
 
@@ -299,8 +339,9 @@ def test_carry_applies_the_interdiff_to_the_port(pinport):
     assert series.export(port, check=True, log=quiet) == []
     carry.check(pin, port, log=quiet)
     # Nothing lost: the port as it was is under a backup ref.
-    backups = git.git(port.work, "for-each-ref", "--format=%(objectname)",
-                      safety.BACKUP_REF).split()
+    backups = git.git(
+        port.work, "for-each-ref", "--format=%(objectname)", safety.BACKUP_REF
+    ).split()
     assert head in backups
     assert any("the port before the carry is kept as" in line for line in lines)
 
@@ -332,8 +373,11 @@ def test_carry_conflict_stops_with_help_then_continue_records_the_resolution(pin
 
 def carry_with_a_conflict_resolved(pin, port) -> None:
     # The pin now also changes f1's line, which 0.0.2 changed too: a conflict there.
-    both = Edit(vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n")
-                .replace("return 1\n", "return 11\n"))
+    both = Edit(
+        vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n").replace(
+            "return 1\n", "return 11\n"
+        )
+    )
     write_series(pin, pin_patches(both))
     lines = []
     with pytest.raises(ToolkitError, match="carry stopped at a conflict"):
@@ -347,11 +391,13 @@ def carry_with_a_conflict_resolved(pin, port) -> None:
     # While it is stopped, the port's other sessions refuse, and status says where it is.
     with pytest.raises(ToolkitError, match=f"carry -- {PORT} --continue"):
         series.export(port, log=quiet)
-    assert any("in a carry of the pin's changes" in line
-               for line in _status_lines(port))
+    assert any("in a carry of the pin's changes" in line for line in _status_lines(port))
     resolved = (port.work / F0).read_text()
-    resolved = resolved[:resolved.index("<<<<<<<")] + "    return 11  # 0.0.2\n" + \
-        resolved[resolved.index(">>>>>>>"):].split("\n", 1)[1]
+    resolved = (
+        resolved[: resolved.index("<<<<<<<")]
+        + "    return 11  # 0.0.2\n"
+        + resolved[resolved.index(">>>>>>>") :].split("\n", 1)[1]
+    )
     (port.work / F0).write_text(resolved)
     git.git(port.work, "add", F0)
     carry.cont(port, log=quiet)
@@ -382,8 +428,11 @@ def test_carry_abort_puts_the_port_back(pinport):
     pin, port = pinport
     head = git.rev(port.work, "HEAD")
     carried = (port.patches / carry.CARRIED).read_text()
-    both = Edit(vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n")
-                .replace("return 1\n", "return 11\n"))
+    both = Edit(
+        vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n").replace(
+            "return 1\n", "return 11\n"
+        )
+    )
     write_series(pin, pin_patches(both))
     with pytest.raises(ToolkitError):
         carry.start(pin, port, log=quiet)
@@ -423,14 +472,17 @@ def test_pr_builds_from_a_port_with_onto(pinport):
         pr.onto_target(pin.root, "vllm==9.9.9")
 
 
-
 def test_the_pins_status_says_whether_each_port_is_carried(pinport):
     pin, port = pinport
-    assert f"port:      vLLM {PORT} (ports/{PORT}): has every change of the pin's patches" \
+    assert (
+        f"port:      vLLM {PORT} (ports/{PORT}): has every change of the pin's patches"
         in _status_lines(pin)
+    )
     write_series(pin, pin_patches(f0(101)))
-    assert (f"port:      vLLM {PORT} (ports/{PORT}): lacks the pin's changes to f0: "
-            f"`nox -s carry -- {PORT}`") in _status_lines(pin)
+    assert (
+        f"port:      vLLM {PORT} (ports/{PORT}): lacks the pin's changes to f0: "
+        f"`nox -s carry -- {PORT}`"
+    ) in _status_lines(pin)
 
 
 def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeypatch):
@@ -439,12 +491,15 @@ def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeyp
     pin, port = pinport
     seen: dict = {}
     monkeypatch.setattr(build, "session", lambda tree, out, **kw: seen.update(build=(tree, out)))
-    monkeypatch.setattr(runner, "run_all", lambda tree, tests, out, **kw: seen.update(
-        test=(tree, out)) or [])
+    monkeypatch.setattr(
+        runner, "run_all", lambda tree, tests, out, **kw: seen.update(test=(tree, out)) or []
+    )
     assert cli.run(["build", "--port", PORT], pin.root) == 0
     assert cli.run(["test", "--port", PORT], pin.root) == 0
-    assert seen == {"build": (port.work, pin.root / ".work" / f"build-{PORT}"),
-                    "test": (port.work, pin.root / ".work" / f"test-results-{PORT}")}
+    assert seen == {
+        "build": (port.work, pin.root / ".work" / f"build-{PORT}"),
+        "test": (port.work, pin.root / ".work" / f"test-results-{PORT}"),
+    }
     port.out("build").mkdir()
     (port.out("build") / "_sm7x_C.abi3.so").write_text("module")
     overlay.session(port, log=quiet)

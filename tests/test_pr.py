@@ -19,32 +19,50 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pr"
 WHO = "Example Contributor <contributor@example.com>"
 PLACEHOLDER = "Signed-off-by: vLLM series <series@vllm-series.invalid>"
 
-KERNEL_A = ("class KernelConfig:\n    a = 1\n    b = 2\n    c = 3\n\n"
-            "    def host_reduce_limit(self):\n        return 256\n")
+KERNEL_A = (
+    "class KernelConfig:\n    a = 1\n    b = 2\n    c = 3\n\n"
+    "    def host_reduce_limit(self):\n        return 256\n"
+)
 KERNEL_C = KERNEL_A.replace("c = 3\n", "c = 3\n    overlap_min_tokens = 0\n")
 
 # (manifest name, files, subject): the toolkit-only patch first, as in the real series
 PATCHES = [
     ("tool", {"docs/ref.md": "# reference\n"}, "[CI] Generated reference"),
-    ("a1", {"vllm/config/kernel.py": KERNEL_A, "docs/ref.md": "# reference\nhost_reduce\n",
-            "tests/test_a.py": "def test_a():\n    pass\n"},
-     "[Kernel] Host reduce, kernel mode"),
-    ("c1", {"vllm/config/kernel.py": KERNEL_C,
-            "vllm/overlap.py": "def overlap_halves():\n    return 2\n"},
-     "[Perf] Overlap in two halves"),
-    ("a2", {"vllm/host_reduce.py": "def copy_engine_mode():\n    return 1\n"},
-     "[Kernel] Copy-engine mode"),
+    (
+        "a1",
+        {
+            "vllm/config/kernel.py": KERNEL_A,
+            "docs/ref.md": "# reference\nhost_reduce\n",
+            "tests/test_a.py": "def test_a():\n    pass\n",
+        },
+        "[Kernel] Host reduce, kernel mode",
+    ),
+    (
+        "c1",
+        {
+            "vllm/config/kernel.py": KERNEL_C,
+            "vllm/overlap.py": "def overlap_halves():\n    return 2\n",
+        },
+        "[Perf] Overlap in two halves",
+    ),
+    (
+        "a2",
+        {"vllm/host_reduce.py": "def copy_engine_mode():\n    return 1\n"},
+        "[Kernel] Copy-engine mode",
+    ),
 ]
 
 
 def manifest(groups: str) -> str:
-    entries = "".join(f'[[patch]]\nname = "{n}"\nseed = "x"\nsummary = "x"\nconfig = []\n'
-                      f'tests = {["tests/test_a.py"] if n == "a1" else []}\n\n'
-                      for n, _, _ in PATCHES)
+    entries = "".join(
+        f'[[patch]]\nname = "{n}"\nseed = "x"\nsummary = "x"\nconfig = []\n'
+        f"tests = {['tests/test_a.py'] if n == 'a1' else []}\n\n"
+        for n, _, _ in PATCHES
+    )
     return entries.replace("'", '"') + groups
 
 
-GROUPS = '''
+GROUPS = """
 [[pr]]
 name = "host"
 title = "[Kernel] Host reduce"
@@ -84,11 +102,16 @@ path = "figures['copy_ms'].value"
 label = "copy-engine mode beside the halves"
 unit = "ms"
 machine = "2 x NVIDIA H200"
-'''
+"""
 
 
-def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS,
-              extra: dict[str, str] | None = None) -> Path:
+def make_root(
+    tmp_path: Path,
+    cache: Path,
+    template: str,
+    groups: str = GROUPS,
+    extra: dict[str, str] | None = None,
+) -> Path:
     """A toolkit root on a synthetic release carrying ``template`` (and the
     ``extra`` files), with the series PATCHES applied and exported, and a
     fresh results file."""
@@ -105,21 +128,35 @@ def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS,
     shutil.rmtree(scratch)
     series.apply(root, log=quiet)
     repo = series.work_repo(root)
-    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
-           "GIT_AUTHOR_DATE": "1700000000 +0000"}
+    env = {
+        "GIT_AUTHOR_NAME": "Ada",
+        "GIT_AUTHOR_EMAIL": "ada@example.com",
+        "GIT_AUTHOR_DATE": "1700000000 +0000",
+    }
     for name, changes, subject in PATCHES:
         for path, text in changes.items():
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text)
             git.git(repo, "add", path)
-        git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: a test.",
-                "-m", f"{PLACEHOLDER}\n{series.NAME_TRAILER}: {name}", env=env)
+        git.git(
+            repo,
+            "commit",
+            "-q",
+            "-m",
+            subject,
+            "-m",
+            "Why: a test.",
+            "-m",
+            f"{PLACEHOLDER}\n{series.NAME_TRAILER}: {name}",
+            env=env,
+        )
     (root / "patches" / "manifest.toml").write_text(manifest(groups))
     series.export(root, log=quiet)
     (root / "overview").mkdir()
     for g in ("host", "overlap"):
         (root / "overview" / f"{g}.md").write_text(
-            f"## Overview\n\nThe {g} change.\n\n## Details\n\n- {g} details.\n")
+            f"## Overview\n\nThe {g} change.\n\n## Details\n\n- {g} details.\n"
+        )
     write_results(root, "results/bench.json")
     return root
 
@@ -129,11 +166,19 @@ def write_results(root: Path, name: str, files: dict | None = None) -> None:
     head = gitpython.Repo(repo).commit("HEAD")
     changed = git.git(repo, "diff", "--name-only", State.load(root).base, "HEAD").split()
     blobs = {p: (head.tree / p).hexsha for p in changed}
-    data = {"schema": claims.SCHEMA, "kind": "bench", "date": "2026-11-30",
-            "machine": {"name": "2 x NVIDIA H200", "label": "H200 figure"},
-            "series": {"base": "vllm==0.0.2", "commit": head.hexsha, "tree": head.tree.hexsha,
-                       "files": blobs if files is None else files},
-            "figures": {"copy_ms": {"value": 0.598, "unit": "ms", "label": "x", "from": "x"}}}
+    data = {
+        "schema": claims.SCHEMA,
+        "kind": "bench",
+        "date": "2026-11-30",
+        "machine": {"name": "2 x NVIDIA H200", "label": "H200 figure"},
+        "series": {
+            "base": "vllm==0.0.2",
+            "commit": head.hexsha,
+            "tree": head.tree.hexsha,
+            "files": blobs if files is None else files,
+        },
+        "figures": {"copy_ms": {"value": 0.598, "unit": "ms", "label": "x", "from": "x"}},
+    }
     (root / name).parent.mkdir(parents=True, exist_ok=True)
     (root / name).write_text(json.dumps(data))
 
@@ -153,10 +198,13 @@ def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
     repo = gitpython.Repo(series.work_repo(proot))
     host = repo.commit("refs/series/pr/host/v1")
     upper = repo.commit("refs/series/pr/overlap/v1")
-    assert [c.summary for c in repo.iter_commits(f"{State.load(proot).base}..{upper}",
-                                                 reverse=True)] == [
-        "[Kernel] Host reduce, kernel mode", "[Kernel] Copy-engine mode",
-        "[Perf] Overlap in two halves"]  # the lower PR's commits first, in its order
+    assert [
+        c.summary for c in repo.iter_commits(f"{State.load(proot).base}..{upper}", reverse=True)
+    ] == [
+        "[Kernel] Host reduce, kernel mode",
+        "[Kernel] Copy-engine mode",
+        "[Perf] Overlap in two halves",
+    ]  # the lower PR's commits first, in its order
     assert repo.is_ancestor(host, upper)
     for c in repo.iter_commits(f"{State.load(proot).base}..{upper}"):
         assert (c.author.name, c.author.email) == ("Example Contributor", "contributor@example.com")
@@ -195,13 +243,17 @@ def test_body_follows_the_target_tree_template(proot):
 def test_stale_missing_and_wrong_claims_fail_check(proot):
     repo = series.work_repo(proot)
     head = gitpython.Repo(repo).commit("HEAD")
-    fresh = {p: (head.tree / p).hexsha for p in ("vllm/host_reduce.py", "tests/test_a.py",
-                                                  "vllm/overlap.py")}
+    fresh = {
+        p: (head.tree / p).hexsha
+        for p in ("vllm/host_reduce.py", "tests/test_a.py", "vllm/overlap.py")
+    }
     write_results(proot, "results/bench.json", files=fresh | {"vllm/config/kernel.py": "0" * 40})
     with pytest.raises(ToolkitError) as e:
         run(proot, check=True)
-    assert ("host: claims: stale: results/bench.json ran on a series where "
-            "vllm/config/kernel.py changed since the run") in str(e.value)
+    assert (
+        "host: claims: stale: results/bench.json ran on a series where "
+        "vllm/config/kernel.py changed since the run"
+    ) in str(e.value)
     # the change named with a reason is accepted, and the body says why
     ack = '[pr.changed_since."results/bench.json"]\n"vllm/config/kernel.py" = "a docstring"\n'
     text = (proot / "patches/manifest.toml").read_text()
@@ -218,7 +270,8 @@ def test_stale_missing_and_wrong_claims_fail_check(proot):
         run(proot, check=True)
     write_results(proot, "results/bench.json")
     (proot / "patches/manifest.toml").write_text(
-        (proot / "patches/manifest.toml").read_text().replace("['copy_ms']", "['nope']"))
+        (proot / "patches/manifest.toml").read_text().replace("['copy_ms']", "['nope']")
+    )
     with pytest.raises(ToolkitError, match=r"the path figures\['nope'\].value is missing"):
         run(proot, check=True)
     assert git.rev(repo, "refs/series/pr/host/v1")
@@ -232,15 +285,27 @@ def test_duplicate_check_names_the_overlapping_pr(proot, tmp_path):
         "diff --git a/vllm/config/kernel.py b/vllm/config/kernel.py\n"
         "--- a/vllm/config/kernel.py\n+++ b/vllm/config/kernel.py\n"
         "@@ -1,4 +1,6 @@ class KernelConfig:\n class KernelConfig:\n"
-        "     a = 1\n     b = 2\n     c = 3\n+\n+    def host_reduce_limit(self):\n")
-    (others / "17.diff").write_text((others / "17.diff").read_text().replace(
-        "@@ -1,4 +1,6 @@", "@@ -1,4 +1,6 @@") + "")
+        "     a = 1\n     b = 2\n     c = 3\n+\n+    def host_reduce_limit(self):\n"
+    )
+    (others / "17.diff").write_text(
+        (others / "17.diff").read_text().replace("@@ -1,4 +1,6 @@", "@@ -1,4 +1,6 @@") + ""
+    )
     (others / "18.diff").write_text(
         "diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n"
-        "@@ -1 +1 @@\n-print('setup')\n+print('set up')\n")
-    (others / "list.json").write_text(json.dumps([
-        {"number": 17, "title": "Topology-aware all-reduce", "body": "uses the copy engine"},
-        {"number": 18, "title": "Typo"}]))
+        "@@ -1 +1 @@\n-print('setup')\n+print('set up')\n"
+    )
+    (others / "list.json").write_text(
+        json.dumps(
+            [
+                {
+                    "number": 17,
+                    "title": "Topology-aware all-reduce",
+                    "body": "uses the copy engine",
+                },
+                {"number": 18, "title": "Typo"},
+            ]
+        )
+    )
     run(proot, others=others)
     body = (proot / ".work/pr/host/body.md").read_text()
     line = next(x for x in body.splitlines() if x.startswith("- #17"))
@@ -253,10 +318,13 @@ def test_duplicate_check_names_the_overlapping_pr(proot, tmp_path):
     # a Python function both change: the AST of our base names it
     repo = series.work_repo(proot)
     start = State.load(proot).base
-    us, found = duplicates.check_all(repo, start, git.rev(repo, "refs/series/pr/host/v1"),
-                                     start, [], others)
-    assert "KernelConfig" in us.functions["vllm/config/kernel.py"] or \
-        "KernelConfig.host_reduce_limit" in us.functions["vllm/config/kernel.py"]
+    us, found = duplicates.check_all(
+        repo, start, git.rev(repo, "refs/series/pr/host/v1"), start, [], others
+    )
+    assert (
+        "KernelConfig" in us.functions["vllm/config/kernel.py"]
+        or "KernelConfig.host_reduce_limit" in us.functions["vllm/config/kernel.py"]
+    )
     assert found[0].number == "17" and found[0].functions
 
 
@@ -264,9 +332,11 @@ def test_stack_over_the_limit_and_bad_title_fail_check(tmp_path, cache):
     chain = "".join(
         f'\n[[pr]]\nname = "g{i}"\ntitle = "[Core] Part {i}"\npatches = []\n'
         f'text = "overview/host.md"\n' + (f'depends = ["g{i - 1}"]\n' if i else "")
-        for i in range(6))
-    groups = GROUPS.replace('title = "[Perf] Overlap in two halves"', 'title = "Overlap"') + \
-        chain.replace('depends = ["g-1"]\n', "")
+        for i in range(6)
+    )
+    groups = GROUPS.replace(
+        'title = "[Perf] Overlap in two halves"', 'title = "Overlap"'
+    ) + chain.replace('depends = ["g-1"]\n', "")
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md", groups)
     with pytest.raises(ToolkitError) as e:
         run(root, check=True)
@@ -330,17 +400,25 @@ def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
     repo = series.work_repo(root)
     head = gitpython.Repo(repo).commit("HEAD")
-    ran = {"commit": head.hexsha, "files": {"vllm/config/kernel.py":
-                                            (head.tree / "vllm/config/kernel.py").hexsha}}
+    ran = {
+        "commit": head.hexsha,
+        "files": {"vllm/config/kernel.py": (head.tree / "vllm/config/kernel.py").hexsha},
+    }
     folder = root / ".work/pr/coverage"
     folder.mkdir(parents=True)
     # kernel.py lines 6-7 are the PR's (host_reduce_limit): 6 ran in a test, 7 did
     # not; the run measured the whole series, where the overlap PR's line before
     # them moves them to 7-8
-    report = {"series": ran, "files": {
-        str(repo / "vllm/config/kernel.py"): {
-            "executed_lines": [1, 2, 7], "missing_lines": [8],
-            "contexts": {"7": ["tests/test_a.py::test_a|run"]}}}}
+    report = {
+        "series": ran,
+        "files": {
+            str(repo / "vllm/config/kernel.py"): {
+                "executed_lines": [1, 2, 7],
+                "missing_lines": [8],
+                "contexts": {"7": ["tests/test_a.py::test_a|run"]},
+            }
+        },
+    }
     (folder / "cpu.json").write_text(json.dumps(report))
     run(root)
     body = (root / ".work/pr/host/body.md").read_text()
@@ -368,18 +446,26 @@ def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
     groups = GROUPS.replace('unverified = "Turing"', 'unverified = "Turing"\nroute = "HOST_REDUCE"')
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md", groups)
     data = json.loads((root / "results/bench.json").read_text())
-    data["boots"] = [{"route_lines": ["Using ['HOST_REDUCE', 'PYNCCL']"]},
-                     {"route_lines": ["Using ['PYNCCL']"]}]
+    data["boots"] = [
+        {"route_lines": ["Using ['HOST_REDUCE', 'PYNCCL']"]},
+        {"route_lines": ["Using ['PYNCCL']"]},
+    ]
     (root / "results/bench.json").write_text(json.dumps(data))
     run(root)
-    assert "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)" in (
-        root / ".work/pr/host/body.md").read_text()
+    assert (
+        "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)"
+        in (root / ".work/pr/host/body.md").read_text()
+    )
 
 
 def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
     # the overlap without the PR it needs: its kernel.py hunk conflicts on the base
-    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
-                     GROUPS.replace('depends = ["host"]\n', ""))
+    root = make_root(
+        tmp_path,
+        cache,
+        "PULL_REQUEST_TEMPLATE-0.26.0.md",
+        GROUPS.replace('depends = ["host"]\n', ""),
+    )
     with pytest.raises(ToolkitError) as e:
         run(root, check=True)
     msg = "overlap: applies to its ref: [Perf] Overlap in two halves does not apply"
@@ -410,8 +496,12 @@ repos:
 def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
     pytest.importorskip("pre_commit")
     pytest.importorskip("yaml")
-    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
-                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    root = make_root(
+        tmp_path,
+        cache,
+        "PULL_REQUEST_TEMPLATE-0.26.0.md",
+        extra={".pre-commit-config.yaml": PRECOMMIT},
+    )
     with pytest.raises(ToolkitError) as e:
         run(root, check=True)
     msg = str(e.value)
@@ -432,8 +522,12 @@ def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, mon
         raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
 
     monkeypatch.setattr(lint, "require_tools", missing)
-    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
-                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    root = make_root(
+        tmp_path,
+        cache,
+        "PULL_REQUEST_TEMPLATE-0.26.0.md",
+        extra={".pre-commit-config.yaml": PRECOMMIT},
+    )
     run(root)  # without --check: reported as not run
     checks = json.loads((root / ".work/pr/host/check.json").read_text())["checks"]
     pre = next(c for c in checks if c["check"].startswith("pre-commit"))

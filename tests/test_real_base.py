@@ -15,8 +15,11 @@ from serieskit import base, git, rebase, series, status
 from serieskit.errors import ToolkitError
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
-V25 = base.Pin("0.25.0", "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
-            "99e7bcdde8efe309b449cb9c3c8e04075b882a00")
+V25 = base.Pin(
+    "0.25.0",
+    "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
+    "99e7bcdde8efe309b449cb9c3c8e04075b882a00",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +49,9 @@ def make_root(tmp_path, pin: base.Pin | None, fixtures: list[str]):
 
 def test_pinned_base_is_the_pinned_commit(tmp_path):
     pin = base.read_pin(REPO_ROOT)
-    commit, sha = base.ensure_base(tmp_path / "repo", pin.version, pin.sha256, pin.commit,
-                                log=quiet)
+    commit, sha = base.ensure_base(
+        tmp_path / "repo", pin.version, pin.sha256, pin.commit, log=quiet
+    )
     assert commit == pin.commit and sha == pin.sha256
 
 
@@ -71,8 +75,14 @@ def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
 
 
 def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):
-    root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch",
-                                     "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch"])
+    root = make_root(
+        tmp_path,
+        V25,
+        [
+            "0.25.0/Misc-Fixture-note-in-ubatching.patch",
+            "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch",
+        ],
+    )
     series.apply(root, log=quiet)
     repo = series.work_repo(root)
     head = git.rev(repo, "HEAD")
@@ -90,5 +100,6 @@ def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):
 def test_unknown_release_is_one_clear_line(tmp_path):
     with pytest.raises(ToolkitError) as e:
         base.fetch_sdist("0.0.0")
-    assert str(e.value) == ("vLLM 0.0.0 has no source distribution (vllm-0.0.0.tar.gz) "
-                            "on pip's configured index")
+    assert str(e.value) == (
+        "vLLM 0.0.0 has no source distribution (vllm-0.0.0.tar.gz) on pip's configured index"
+    )

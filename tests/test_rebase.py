@@ -13,8 +13,10 @@ from serieskit.errors import ToolkitError
 from serieskit.state import State
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
-CONFLICTING = {**BASE_FILES, "vllm/utils.py": BASE_FILES["vllm/utils.py"].replace(
-    "return 0", "return -1")}
+CONFLICTING = {
+    **BASE_FILES,
+    "vllm/utils.py": BASE_FILES["vllm/utils.py"].replace("return 0", "return -1"),
+}
 
 
 def test_rebase_onto_a_release_writes_a_range_diff_report(root, cache):
@@ -137,8 +139,10 @@ def test_rebase_onto_an_unfetchable_ref_is_one_clear_line(root, tmp_path):
 
 
 def test_summarize_counts_each_kind():
-    rd = ("1:  aaaaaaa = 1:  bbbbbbb one\n2:  ccccccc ! 2:  ddddddd two\n"
-          "    @@ context\n3:  eeeeeee < -:  ------- three\n-:  ------- > 3:  fffffff four\n")
+    rd = (
+        "1:  aaaaaaa = 1:  bbbbbbb one\n2:  ccccccc ! 2:  ddddddd two\n"
+        "    @@ context\n3:  eeeeeee < -:  ------- three\n-:  ------- > 3:  fffffff four\n"
+    )
     assert rebase.summarize(rd) == {"unchanged": 1, "changed": 1, "dropped": 1, "added": 1}
 
 
@@ -168,11 +172,14 @@ def test_a_resolution_is_made_once(root, cache):
 
 
 def test_abort_keeps_the_resolutions_made_so_far(root, cache):
-    repo = make_series(root, [
-        ("vllm/utils.py", "def f0():\n    return 100\n", "[Kernel] Change f0"),
-        ("vllm/setup_note.py", "NOTE = 1\n", "[Core] Note"),
-        ("setup.py", "print('series')\n", "[Build] Change setup"),
-    ])
+    repo = make_series(
+        root,
+        [
+            ("vllm/utils.py", "def f0():\n    return 100\n", "[Kernel] Change f0"),
+            ("vllm/setup_note.py", "NOTE = 1\n", "[Core] Note"),
+            ("setup.py", "print('series')\n", "[Build] Change setup"),
+        ],
+    )
     add_release(cache, "0.0.3", {**CONFLICTING, "setup.py": "print('upstream')\n"})
     with pytest.raises(ToolkitError):
         rebase.start(root, "vllm==0.0.3", log=quiet)
@@ -187,18 +194,20 @@ def test_abort_keeps_the_resolutions_made_so_far(root, cache):
 
 
 def test_classify_separates_own_lines_from_moved_context():
-    rd = ("1:  aaaaaaa ! 1:  bbbbbbb [Kernel] Moved\n"
-          "    @@ vllm/x.py\n"
-          "    -@@ def f():\n"
-          "    +@@ def g():\n"
-          "     -    return 0\n"
-          "     +    return 1\n"
-          "2:  ccccccc ! 2:  ddddddd [Core] Edited\n"
-          "    @@ vllm/y.py\n"
-          "    --    old = 1\n"
-          "    -+    new = 1\n"
-          "    ++    new = 2\n"
-          "    -     context\n")
+    rd = (
+        "1:  aaaaaaa ! 1:  bbbbbbb [Kernel] Moved\n"
+        "    @@ vllm/x.py\n"
+        "    -@@ def f():\n"
+        "    +@@ def g():\n"
+        "     -    return 0\n"
+        "     +    return 1\n"
+        "2:  ccccccc ! 2:  ddddddd [Core] Edited\n"
+        "    @@ vllm/y.py\n"
+        "    --    old = 1\n"
+        "    -+    new = 1\n"
+        "    ++    new = 2\n"
+        "    -     context\n"
+    )
     assert rebase.classify(rd) == [("[Kernel] Moved", 0, 2), ("[Core] Edited", 3, 1)]
 
 
@@ -207,9 +216,15 @@ def test_conflict_names_what_upstream_added_beside_it(root, cache):
     patch adds) is named at the stop: it may be upstream's own version of the
     patch's work, a conflict that has no marker."""
     make_series(root)
-    add_release(cache, "0.0.3", {**CONFLICTING,
-                                 "vllm/ubatch_runner.py": "class Runner: ...\n",
-                                 "tools/other.sh": "#!/bin/sh\n"})
+    add_release(
+        cache,
+        "0.0.3",
+        {
+            **CONFLICTING,
+            "vllm/ubatch_runner.py": "class Runner: ...\n",
+            "tools/other.sh": "#!/bin/sh\n",
+        },
+    )
     lines = []
     with pytest.raises(ToolkitError, match="stopped at a conflict"):
         rebase.start(root, "vllm==0.0.3", log=lines.append)
@@ -222,8 +237,9 @@ def test_conflict_names_what_upstream_added_beside_it(root, cache):
 
 def test_added_beside_caps_the_list(root, cache, monkeypatch):
     make_series(root)
-    add_release(cache, "0.0.3", {**CONFLICTING,
-                                 **{f"vllm/m{i}.py": f"M = {i}\n" for i in range(5)}})
+    add_release(
+        cache, "0.0.3", {**CONFLICTING, **{f"vllm/m{i}.py": f"M = {i}\n" for i in range(5)}}
+    )
     monkeypatch.setattr(rebase, "ADDED_BESIDE_MAX", 2)
     lines = []
     with pytest.raises(ToolkitError):

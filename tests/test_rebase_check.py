@@ -15,20 +15,27 @@ def release(cache, version: str, old: str, new: str) -> None:
 
 
 def test_each_patch_is_classified_and_nothing_changes(root, cache):
-    repo = make_series(root, [
-        ("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10"),
-        ("vllm/new.py", "NEW = 1\n", "[Core] Add new module"),
-    ])
+    repo = make_series(
+        root,
+        [
+            ("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10"),
+            ("vllm/new.py", "NEW = 1\n", "[Core] Add new module"),
+        ],
+    )
     head, state = git.rev(repo, "HEAD"), (root / ".work" / "state.json").read_bytes()
     release(cache, "0.0.2", "return 12\n", "return 1200\n")  # outside the hunk's context
     release(cache, "0.0.3", "return 11\n", "return 1100\n")  # in its context: 3-way
     release(cache, "0.0.4", "return 10\n", "return -10\n")  # the changed line itself
     lines: list[str] = []
-    results = rebase_check.check(root, ["vllm==0.0.4", "vllm==0.0.2", "vllm==0.0.3"],
-                                 log=lines.append)
+    results = rebase_check.check(
+        root, ["vllm==0.0.4", "vllm==0.0.2", "vllm==0.0.3"], log=lines.append
+    )
     assert [r.version for r in results] == ["0.0.2", "0.0.3", "0.0.4"]
     assert [[p.how for p in r.patches] for r in results] == [
-        ["clean", "clean"], ["3-way", "clean"], ["conflict", "clean"]]
+        ["clean", "clean"],
+        ["3-way", "clean"],
+        ["conflict", "clean"],
+    ]
     assert results[2].patches[0].files == {"vllm/utils.py": 1}
     out = "\n".join(lines)
     assert "rebase --check vllm==0.0.4: 1 of 2 patch(es) conflict" in out

@@ -14,10 +14,16 @@ from serieskit import claims, pr, results, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "results" / "raw" / "e2e_seed16_h200x2"
-H200X2 = results.machine_block(["NVIDIA H200"] * 2, "580.159.04", "2.11.0+cu130", "13.0",
-                               "off (NCCL_P2P_DISABLE=1)")
-SERIES = {"base": "vllm==0.26.0", "commit": "c0ffee", "tree": "7ree", "files": {},
-          "files_from": "a test"}
+H200X2 = results.machine_block(
+    ["NVIDIA H200"] * 2, "580.159.04", "2.11.0+cu130", "13.0", "off (NCCL_P2P_DISABLE=1)"
+)
+SERIES = {
+    "base": "vllm==0.26.0",
+    "commit": "c0ffee",
+    "tree": "7ree",
+    "files": {},
+    "files_from": "a test",
+}
 
 
 def script(path: str):
@@ -44,12 +50,14 @@ def test_machine_header_and_label():
     assert H200X2["label"] == "H200 figure (2 x H200, P2P off): not a Turing figure"
     one = results.machine_block(["NVIDIA H200"], "580", "2.11", "13.0", "on", detail="PTX")
     assert one["label"] == "H200 figure (H200, PTX): not a Turing figure" and "p2p" not in one
-    turing = results.machine_block(["Quadro RTX 8000"] * 2, "535", "2.4", "12.1",
-                                   "off (NCCL_P2P_DISABLE=1)", capability=(7, 5))
+    turing = results.machine_block(
+        ["Quadro RTX 8000"] * 2, "535", "2.4", "12.1", "off (NCCL_P2P_DISABLE=1)", capability=(7, 5)
+    )
     assert turing["label"].startswith("Turing / Volta figure (2 x Quadro RTX 8000, P2P off)")
     assert results.machine_block([], None, None, None)["label"] == "CPU run (no GPU)"
     assert results.validate(dict(committed("e2e_seed16_h200x2.json"), date="30 Nov")) == [
-        "date '30 Nov' is not ISO 8601"]
+        "date '30 Nov' is not ISO 8601"
+    ]
 
 
 def test_runner_write_results_validates(tmp_path):
@@ -60,8 +68,9 @@ def test_runner_write_results_validates(tmp_path):
     doc = runner.write_results(tmp_path / "r.json", [outcome], SERIES)
     data = json.loads((tmp_path / "r.json").read_text())
     assert results.validate(data) == [] and data == doc
-    assert data["test_files"] == {"tests/test_ok.py": {"passed": 1, "failed": 0, "skipped": 0,
-                                                       "errors": 0}}
+    assert data["test_files"] == {
+        "tests/test_ok.py": {"passed": 1, "failed": 0, "skipped": 0, "errors": 0}
+    }
     assert claims.resolve(data, "figures['test_ok.passed'].value") == 1
     assert data["files"][0]["file"] == "tests/test_ok.py" and data["series"] == SERIES
 
@@ -72,9 +81,12 @@ def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monk
     tree = tmp_path / "src"
     (tree / test).parent.mkdir(parents=True)
     (tree / test).write_text("def test_config():\n    pass\n")
-    for key, value in (("SERIES_COMMIT", "c0ffee"), ("SERIES_TREE", "7ree"),
-                       ("BASE_VERSION", "0.26.0"),
-                       ("SERIES_FILES", json.dumps({test: "b10b"}))):
+    for key, value in (
+        ("SERIES_COMMIT", "c0ffee"),
+        ("SERIES_TREE", "7ree"),
+        ("BASE_VERSION", "0.26.0"),
+        ("SERIES_FILES", json.dumps({test: "b10b"})),
+    ):
         (tree / key).write_text(value + "\n")
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
     out = tmp_path / "out" / "tests.json"
@@ -99,8 +111,7 @@ def test_host_reduce_bench_document_validates_and_keeps_the_claimed_figures():
     for g in pr.read_groups(ROOT):
         for c in g.claims:
             if c.file == "results/bench_host_reduce_h200x2.json":
-                assert claims.resolve(doc, c.path) == pytest.approx(
-                    claims.resolve(old, c.path))
+                assert claims.resolve(doc, c.path) == pytest.approx(claims.resolve(old, c.path))
 
 
 def test_host_reduce_bench_host_issue_figures():
@@ -108,23 +119,34 @@ def test_host_reduce_bench_host_issue_figures():
     assert [bench.ce_pieces(b) for b in bench.SIZES] == [1, 4, 16, 16, 16]
     assert bench.ce_driver_calls(8192000) == 16 * 4 + 9
     old = committed("bench_host_reduce_h200x2.json")
-    rank0 = dict(old["rank0"], host_issue=[
-        {"bytes": b, "copy_engine_pieces": bench.ce_pieces(b),
-         "copy_engine_driver_calls": bench.ce_driver_calls(b),
-         "nccl": {"one_call_median_ms": 0.02, "back_to_back_host_ms_per_call": 0.02},
-         "kernel_mode": {"one_call_median_ms": 0.03, "back_to_back_host_ms_per_call": 0.03},
-         "copy_engine_mode": {"one_call_median_ms": 0.30,
-                              "back_to_back_host_ms_per_call": 0.31}}
-        for b in bench.SIZES])
+    rank0 = dict(
+        old["rank0"],
+        host_issue=[
+            {
+                "bytes": b,
+                "copy_engine_pieces": bench.ce_pieces(b),
+                "copy_engine_driver_calls": bench.ce_driver_calls(b),
+                "nccl": {"one_call_median_ms": 0.02, "back_to_back_host_ms_per_call": 0.02},
+                "kernel_mode": {"one_call_median_ms": 0.03, "back_to_back_host_ms_per_call": 0.03},
+                "copy_engine_mode": {
+                    "one_call_median_ms": 0.30,
+                    "back_to_back_host_ms_per_call": 0.31,
+                },
+            }
+            for b in bench.SIZES
+        ],
+    )
     doc = bench.document(rank0, old["rank1"], {}, H200X2, SERIES)
     assert results.validate(doc) == []
     fig = doc["figures"]
     assert fig["allreduce_8192000B.copy_engine_host_issue_ms"]["value"] == 0.30
-    assert fig["allreduce_8192000B.copy_engine_host_us_per_driver_call"]["value"] == \
-        pytest.approx(1e3 * 0.27 / 72)
+    assert fig["allreduce_8192000B.copy_engine_host_us_per_driver_call"]["value"] == pytest.approx(
+        1e3 * 0.27 / 72
+    )
     ce_ms = old["figures"]["allreduce_8192000B.copy_engine_mode_ms"]["value"]
-    assert fig["allreduce_8192000B.copy_engine_host_fraction_of_call"]["value"] == \
-        pytest.approx(0.30 / ce_ms)
+    assert fig["allreduce_8192000B.copy_engine_host_fraction_of_call"]["value"] == pytest.approx(
+        0.30 / ce_ms
+    )
 
 
 def test_prefill_attention_bench_document_validates():
@@ -156,14 +178,26 @@ def test_e2e_merge_of_the_committed_runs_validates_and_flags_flat_logits(tmp_pat
 
 def boot(arm: str, label: str, total: float, gap: float, profile: dict | None = None) -> dict:
     names = ["29k-a", "29k-b", "29k-c", "29k-d", "100k"]
-    out = {"arm": arm, "label": label, "p2p": label == "ceiling",
-           "prefill_s": {n: total / 5 for n in names},
-           "decode": {"short": {"ms_per_step": 2.5}},
-           "greedy": {"g18": [1, 2, 3]}, "greedy_margin": {"g18": [gap, gap * 2, gap * 3]},
-           "peak_memory_mib": {"0": 1000},
-           "memory": [{"profile_activation_peak_mib": 900.0, "runtime_activation_peak_mib": 850.0,
-                       "kv_cache_mib": 5000.0, "weights_mib": 6000.0,
-                       "covered_by_profile": True}] * 2}
+    out = {
+        "arm": arm,
+        "label": label,
+        "p2p": label == "ceiling",
+        "prefill_s": {n: total / 5 for n in names},
+        "decode": {"short": {"ms_per_step": 2.5}},
+        "greedy": {"g18": [1, 2, 3]},
+        "greedy_margin": {"g18": [gap, gap * 2, gap * 3]},
+        "peak_memory_mib": {"0": 1000},
+        "memory": [
+            {
+                "profile_activation_peak_mib": 900.0,
+                "runtime_activation_peak_mib": 850.0,
+                "kv_cache_mib": 5000.0,
+                "weights_mib": 6000.0,
+                "covered_by_profile": True,
+            }
+        ]
+        * 2,
+    }
     if profile:
         out["profile"] = profile
     return out
@@ -173,20 +207,30 @@ def test_e2e_summary_gaps_memory_and_ideal_overlap_bound(tmp_path):
     ab = script("e2e/ab.py")
     arms = [{"name": "reference"}, {"name": "overlap"}]
     # one 2048-token chunk of a 2-layer model: 4 ms of compute, 1 ms of all-reduce per rank
-    kernels = [{"name": "ampere_fp16_gemm", "us": 3000.0, "count": 8},
-               {"name": "kernel_unified_attention_2d", "us": 1000.0, "count": 2},
-               {"name": "ncclDevKernel_AllReduce_Sum_f16_RING_LL", "us": 1000.0, "count": 4},
-               {"name": "Memcpy HtoD (Pageable -> Device)", "us": 50.0, "count": 3}]
+    kernels = [
+        {"name": "ampere_fp16_gemm", "us": 3000.0, "count": 8},
+        {"name": "kernel_unified_attention_2d", "us": 1000.0, "count": 2},
+        {"name": "ncclDevKernel_AllReduce_Sum_f16_RING_LL", "us": 1000.0, "count": 4},
+        {"name": "Memcpy HtoD (Pageable -> Device)", "us": 50.0, "count": 3},
+    ]
     prof = {"tokens": 2048, "chunks": 1, "ranks": [kernels, kernels]}
-    boots = [boot("reference", "r1", 20.0, 0.3, prof), boot("overlap", "r1", 19.0, 0.3),
-             boot("overlap", "r2", 19.0, 0.3), boot("reference", "r2", 20.2, 0.3, prof)]
+    boots = [
+        boot("reference", "r1", 20.0, 0.3, prof),
+        boot("overlap", "r1", 19.0, 0.3),
+        boot("overlap", "r2", 19.0, 0.3),
+        boot("reference", "r2", 20.2, 0.3, prof),
+    ]
     s = ab.summarize(boots, arms, layers=2)
     assert s["greedy"]["median_reference_gap"] == pytest.approx(0.6)
     assert s["greedy"]["smallest_reference_gap"] == pytest.approx(0.3)
     assert s["greedy"]["flat_logits"] is None and ab.verdict(s) == 0
     assert s["arms"]["overlap"]["memory"] == {
-        "profile_activation_peak_mib": 900.0, "runtime_activation_peak_mib": 850.0,
-        "kv_cache_mib": 5000.0, "weights_mib": 6000.0, "covered_by_profile": True}
+        "profile_activation_peak_mib": 900.0,
+        "runtime_activation_peak_mib": 850.0,
+        "kv_cache_mib": 5000.0,
+        "weights_mib": 6000.0,
+        "covered_by_profile": True,
+    }
     bound = s["ideal_overlap"]
     assert bound["compute_ms_per_layer_chunk"] == pytest.approx(2.0)
     assert bound["comm_ms_per_layer_chunk"] == pytest.approx(0.5)
@@ -207,9 +251,19 @@ def test_model_weights_written_at_a_trained_scale(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("safetensors")
     models = script("e2e/models.py")
-    cfg = models.config("small", 2, dict(models.SEED, hidden_size=64, intermediate_size=128,
-                                         num_attention_heads=4, num_key_value_heads=2,
-                                         head_dim=16, vocab_size=512))
+    cfg = models.config(
+        "small",
+        2,
+        dict(
+            models.SEED,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            vocab_size=512,
+        ),
+    )
     d = tmp_path / "m"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(cfg))
@@ -223,7 +277,8 @@ def test_model_weights_written_at_a_trained_scale(tmp_path):
     assert layer["model.layers.1.self_attn.k_norm.weight"].dtype == torch.float16
     assert torch.all(layer["model.layers.1.input_layernorm.weight"] == 1)
     assert float(layer["model.layers.1.mlp.up_proj.weight"].float().std()) == pytest.approx(
-        0.02, rel=0.05)
+        0.02, rel=0.05
+    )
     assert record["lm_head_std"] == pytest.approx(0.02, rel=0.05)
     again = models.write_weights(d, device="cpu", log=lambda *_: None)  # written once
     assert again == record

@@ -42,9 +42,12 @@ def make_tree(tmp_path):
 def test_each_file_in_its_own_process_with_a_summary(tmp_path):
     tree = make_tree(tmp_path)
     lines = []
-    outcomes = runner.run_all(tree, ["tests/test_ok.py", "tests/test_wrong.py",
-                                     "tests/test_crash.py"], tmp_path / "out",
-                              log=lines.append)
+    outcomes = runner.run_all(
+        tree,
+        ["tests/test_ok.py", "tests/test_wrong.py", "tests/test_crash.py"],
+        tmp_path / "out",
+        log=lines.append,
+    )
     ok, wrong, crash = outcomes
     assert (ok.passed, ok.failed, ok.skipped, ok.ok) == (1, 0, 1, True)
     assert ok.skip_reasons == {"needs two GPUs": 1}
@@ -69,8 +72,13 @@ def test_results_json_names_the_machine_and_the_commit(tmp_path):
     tree = make_tree(tmp_path)
     outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path)
     dest = tmp_path / "results" / "r.json"
-    series = {"base": "vllm==0.26.0", "commit": "abc123", "tree": None, "files": {},
-              "files_from": None}
+    series = {
+        "base": "vllm==0.26.0",
+        "commit": "abc123",
+        "tree": None,
+        "files": {},
+        "files_from": None,
+    }
     runner.write_results(dest, [outcome], series)
     data = json.loads(dest.read_text())
     assert data["series"]["commit"] == "abc123" and data["date"]
@@ -102,8 +110,8 @@ def test_coverage_mode_writes_a_report_with_test_contexts(tmp_path):
     (tree / "vllm").mkdir(parents=True)
     (tree / "vllm/__init__.py").write_text("")
     (tree / "vllm/mod.py").write_text(
-        "def f(x):\n    return x + 1\n\n\ndef g():\n    return 2\n\n\n"
-        "def h():\n    return 3\n")
+        "def f(x):\n    return x + 1\n\n\ndef g():\n    return 2\n\n\ndef h():\n    return 3\n"
+    )
     (tree / "tests").mkdir()
     (tree / "tests/test_cov.py").write_text(COVERED)
     rc = runner.coverage_rc(tmp_path / "data" / "cpu")
@@ -171,21 +179,33 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
     (trees["base"] / "tests/test_gone.py").write_text("def test_a():\n    pass\n")
     (trees["series"] / "tests/test_gone.py").write_text("import nonexistent_module\n")
     lines: list[str] = []
-    found = runner.compare_upstream(trees["base"], trees["series"],
-                                    ["tests/test_up.py", "tests/test_gone.py"],
-                                    tmp_path / "out", log=lines.append)
-    assert found == ["tests/test_up.py::tests.test_up::test_broken_by_series",
-                     "tests/test_gone.py::tests.test_gone::test_a"]
+    found = runner.compare_upstream(
+        trees["base"],
+        trees["series"],
+        ["tests/test_up.py", "tests/test_gone.py"],
+        tmp_path / "out",
+        log=lines.append,
+    )
+    assert found == [
+        "tests/test_up.py::tests.test_up::test_broken_by_series",
+        "tests/test_gone.py::tests.test_gone::test_a",
+    ]
     text = "\n".join(lines)
-    assert ("base 3 passed (1 failed there too), series 1 passed, 1 regression(s); "
-            "the series changes this file") in text
+    assert (
+        "base 3 passed (1 failed there too), series 1 passed, 1 regression(s); "
+        "the series changes this file"
+    ) in text
     assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
 
 
 def test_upstream_files_come_from_the_manifest_in_series_order():
-    manifest = [{"file": "a", "upstream_tests": ["tests/x.py", "tests/y.py"]},
-                {"file": "b"},
-                {"file": "c", "upstream_tests": ["tests/y.py", "tests/z.py"]}]
+    manifest = [
+        {"file": "a", "upstream_tests": ["tests/x.py", "tests/y.py"]},
+        {"file": "b"},
+        {"file": "c", "upstream_tests": ["tests/y.py", "tests/z.py"]},
+    ]
     assert runner.upstream_test_files(manifest) == ["tests/x.py", "tests/y.py", "tests/z.py"]
-    assert runner.regressions({"t": "passed", "u": "failed", "v": "passed"},
-                              {"t": "skipped", "u": "failed", "v": "failed"}) == ["v"]
+    assert runner.regressions(
+        {"t": "passed", "u": "failed", "v": "passed"},
+        {"t": "skipped", "u": "failed", "v": "failed"},
+    ) == ["v"]

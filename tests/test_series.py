@@ -35,8 +35,11 @@ def patch_bytes(root):
 def test_apply_then_export_changes_no_byte(root):
     make_series(root)
     before = patch_bytes(root)
-    assert list(before) == ["0001-Kernel-Change-f0.patch", "0002-Core-Add-new-module.patch",
-                            "series"]
+    assert list(before) == [
+        "0001-Kernel-Change-f0.patch",
+        "0002-Core-Add-new-module.patch",
+        "series",
+    ]
     text = before["0001-Kernel-Change-f0.patch"].decode()
     assert text.startswith("From 0000000000000000000000000000000000000000 ")
     assert "Subject: [PATCH] [Kernel] Change f0" in text
@@ -135,18 +138,25 @@ def test_interrupted_apply_is_detected_and_repaired(root):
     shutil.rmtree(root / ".work")
     # Kill an apply midway through its second patch.
     repo_dir = str(Path(__file__).parent.parent)
-    proc = subprocess.Popen(["python3", "-c", (
-        f"import sys, os, signal; from pathlib import Path; sys.path.insert(0, {repo_dir!r})\n"
-        "from serieskit import series, git\n"
-        "from serieskit.state import State\n"
-        "real = git.run\n"
-        "def run(repo, *a, **k):\n"
-        f"    if a[0] == 'am' and State.load(Path({str(root)!r})).applied == 1:\n"
-        "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return real(repo, *a, **k)\n"
-        "git.run = run\n"
-        f"series.apply(Path({str(root)!r}), log=lambda *a: None)\n"
-    )])
+    proc = subprocess.Popen(
+        [
+            "python3",
+            "-c",
+            (
+                "import sys, os, signal; from pathlib import Path\n"
+                f"sys.path.insert(0, {repo_dir!r})\n"
+                "from serieskit import series, git\n"
+                "from serieskit.state import State\n"
+                "real = git.run\n"
+                "def run(repo, *a, **k):\n"
+                f"    if a[0] == 'am' and State.load(Path({str(root)!r})).applied == 1:\n"
+                "        os.kill(os.getpid(), signal.SIGKILL)\n"
+                "    return real(repo, *a, **k)\n"
+                "git.run = run\n"
+                f"series.apply(Path({str(root)!r}), log=lambda *a: None)\n"
+            ),
+        ]
+    )
     proc.wait()
     assert proc.returncode != 0
     assert State.load(root).in_progress == "apply"
@@ -164,8 +174,14 @@ def test_interrupted_git_am_is_repaired(root):
     # A conflicting am left stopped, as after a kill during its 3-way merge.
     (repo / "vllm/new.py").write_text("OTHER = 1\n")
     git.git(repo, "add", "vllm/new.py")
-    git.git(repo, "commit", "-q", "-m", "conflicting",
-          env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"})
+    git.git(
+        repo,
+        "commit",
+        "-q",
+        "-m",
+        "conflicting",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
+    )
     git.run(repo, "am", "--3way", str(root / "patches" / "0002-Core-Add-new-module.patch"))
     assert git.operation_in_progress(repo) == "am"
     state.in_progress, state.head = "apply", git.rev(repo, "HEAD")
@@ -178,8 +194,9 @@ def test_interrupted_git_am_is_repaired(root):
 def test_patch_that_does_not_apply_is_a_clear_error(root):
     make_series(root)
     p = root / "patches" / "0001-Kernel-Change-f0.patch"
-    p.write_text(p.read_text().replace(" def f0():", " def nothere():")
-                 .replace("index ", "index-broken "))
+    p.write_text(
+        p.read_text().replace(" def f0():", " def nothere():").replace("index ", "index-broken ")
+    )
     shutil.rmtree(root / ".work")
     with pytest.raises(ToolkitError) as e:
         series.apply(root, log=quiet)
@@ -223,8 +240,10 @@ def test_manifest_entries_are_tied_to_commits_by_trailer(root):
     state = State.load(root)
     git.git(repo, "reset", "-q", "--hard", state.base)
     author = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com"}
-    for path, subject, name in [("vllm/utils.py", "[Kernel] Change f0", "f0"),
-                                ("vllm/new.py", "[Core] Add new module", None)]:
+    for path, subject, name in [
+        ("vllm/utils.py", "[Kernel] Change f0", "f0"),
+        ("vllm/new.py", "[Core] Add new module", None),
+    ]:
         (repo / path).write_text(f"# {subject}\n")
         git.git(repo, "add", path)
         trailer = ["-m", f"{series.NAME_TRAILER}: {name}"] if name else []
@@ -232,7 +251,8 @@ def test_manifest_entries_are_tied_to_commits_by_trailer(root):
     entry = 'seed = "1"\nsummary = "x"\nconfig = []\ntests = []\n'
     (root / "patches" / "manifest.toml").write_text(
         f'[[patch]]\nname = "f0"\n{entry}[[patch]]\nname = "gone"\n{entry}'
-        '[[patch]]\nname = "partial"\n')
+        '[[patch]]\nname = "partial"\n'
+    )
     with pytest.raises(ToolkitError) as e:
         series.export(root, log=quiet)
     msg = str(e.value)
