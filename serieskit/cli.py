@@ -156,6 +156,15 @@ class _Parser(argparse.ArgumentParser):
         raise ToolkitError(f"{self.prog}: {message} (see --help)")
 
 
+def _stop_options(p: argparse.ArgumentParser, abort_help: str, force_help: str) -> None:
+    """--continue / --abort / --force of the commands that can stop at a conflict."""
+    p.add_argument(
+        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
+    )
+    p.add_argument("--abort", action="store_true", help=abort_help)
+    p.add_argument("--force", action="store_true", help=force_help)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m serieskit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -203,17 +212,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dry run: per patch clean / 3-way / conflict; changes nothing",
     )
-    r.add_argument(
-        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
+    _stop_options(
+        r,
+        "give up; back to before",
+        "go on over unexported work (kept in a stash / backup ref first)",
     )
-    r.add_argument("--abort", action="store_true", help="give up; back to before")
     r.add_argument(
         "--update-pin", action="store_true", help="move the pin (and patches/) to the new release"
-    )
-    r.add_argument(
-        "--force",
-        action="store_true",
-        help="go on over unexported work (kept in a stash / backup ref first)",
     )
     c = command("carry", cmd_carry, "carry changes of the pin's series to a port")
     c.add_argument("version", metavar="VERSION", help="the port's release (pin.toml [[port]])")
@@ -228,14 +233,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="record the pin's current patches as carried (a port made from them)",
     )
-    c.add_argument(
-        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
-    )
-    c.add_argument("--abort", action="store_true", help="give up; the port back to before")
-    c.add_argument(
-        "--force",
-        action="store_true",
-        help="go on over unexported work in the port's tree (kept first)",
+    _stop_options(
+        c,
+        "give up; the port back to before",
+        "go on over unexported work in the port's tree (kept first)",
     )
     bd = command("build", cmd_build, "compile the series' native code", port=True)
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
