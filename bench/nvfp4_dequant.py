@@ -161,7 +161,7 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
             "op": lambda x=x: torch.ops.vllm.nvfp4_sm7x_linear(
                 x,
                 layer.weight,
-                layer.weight_scale,
+                layer.weight_scale.view(torch.uint8),
                 g,
                 layer.weight_global_scale,
                 layer.workspace,
@@ -264,7 +264,7 @@ def main() -> int:
         layer = marlin_layer(weight, scales, g)
         inputs = {
             "checkpoint": (weight, scales, g),
-            "marlin": (layer.weight.data, layer.weight_scale.data, g, n, k),
+            "marlin": (layer.weight.data, layer.weight_scale.data.view(torch.uint8), g, n, k),
         }
         out = torch.empty(n, k, dtype=torch.float16, device="cuda")
         refs = {}
