@@ -132,7 +132,7 @@ def marlin_layer(weight, scales, global_scale):
 def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]:
     """Marlin, dequantization + cuBLAS, cuBLAS alone and the op at each M of
     the sweep, on one layer's weights."""
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
     from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
         apply_fp4_marlin_linear,
     )
@@ -238,8 +238,8 @@ def main() -> int:
 
     import triton
     import vllm
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
     from vllm.model_executor.kernels.linear.nvfp4 import sm7x_dequant  # the op
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
 
     cap = torch.cuda.get_device_capability()
     default_groups = dq.default_groups_per_program(cap)

@@ -161,7 +161,7 @@ def main() -> int:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as mod
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as mod
 
     rows = []
     for layout in KERNELS:
