@@ -15,7 +15,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, lint, series  # noqa: E402
+from serieskit import cli, runner, series  # noqa: E402
+from serieskit.lint import REQUIREMENTS as LINT  # noqa: E402 (the session `lint` has the name)
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
@@ -23,11 +24,11 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = "pytest==9.0.3"
 PRE_COMMIT = "pre-commit==4.7.0"
-LINT = lint.REQUIREMENTS
 # What `python -m serieskit` needs in a session's own environment (the
 # sessions without one run in nox's, which has it through virtualenv).
 TOOLKIT = "filelock>=3.12"
 GITPYTHON = "GitPython==3.2.1"  # the pr session reads commits, trailers and refs with it
+MATPLOTLIB = "matplotlib==3.11.2"  # bench/plots.py (its test draws the committed results)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -80,7 +81,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
-    session.install(TOOLKIT, GITPYTHON)
+    session.install(TOOLKIT, GITPYTHON, *LINT)  # LINT: the target tree's pre-commit check
     session.run("python", "-m", "serieskit", "pr", *session.posargs)
 
 
@@ -100,8 +101,9 @@ def lint_toolkit(session: nox.Session) -> None:
 
 @nox.session
 def test(session: nox.Session) -> None:
-    """Run the series' test files in the patched tree, one pytest process each."""
-    session.install(TOOLKIT, PYTEST, *series.test_requirements(ROOT))
+    """Run the series' test files in the patched tree, one pytest process each
+    (-- --coverage: under coverage.py, a report per machine for the pr session)."""
+    session.install(TOOLKIT, PYTEST, runner.COVERAGE, *series.test_requirements(ROOT))
     session.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
@@ -109,7 +111,7 @@ def test(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
-    session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, *LINT)
+    session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, runner.COVERAGE, MATPLOTLIB, *LINT)
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):

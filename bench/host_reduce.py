@@ -19,22 +19,43 @@ Measures, in one run:
 """
 
 import argparse
-import datetime
-import json
 import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serieskit import results  # noqa: E402
+
+try:  # the GPU machine's; document() and the figures need none of it
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError:
+    torch = dist = mp = None
 
 SIZES = [262144, 1048576, 4194304, 8192000, 20971520]
 CE_MAX = 20971520
 INTERFERENCE_BYTES = 8192000
+# csrc/sm7x/host_reduce.cu: a copy-engine call moves min(16, ceil(bytes / 256
+# KiB)) pieces, each a D2H copy, cuStreamWriteValue32, cuStreamWaitValue32
+# and an H2D copy; around them 3 event records, 5 stream waits on events and
+# the add kernel's launch.
+CE_MAX_PIECES, CE_MIN_PIECE = 16, 256 * 1024
+CE_CALLS_PER_PIECE, CE_FIXED_CALLS = 4, 9
+IMPLS = ("nccl", "kernel_mode", "copy_engine_mode")
+
+
+def ce_pieces(nbytes: int) -> int:
+    return min(CE_MAX_PIECES, max(1, -(-nbytes // CE_MIN_PIECE)))
+
+
+def ce_driver_calls(nbytes: int) -> int:
+    return CE_CALLS_PER_PIECE * ce_pieces(nbytes) + CE_FIXED_CALLS
 
 
 def _free_port() -> int:
@@ -112,6 +133,47 @@ def _allreduce_times(rank, cpu_group, hr_kernel, hr_ce, results):
                 f"copy-engine {row['copy_engine_mode']['median_ms']:.4f} ms",
                 flush=True,
             )
+
+
+def _host_issue(rank, cpu_group, hr_kernel, hr_ce, calls: int = 30) -> list[dict]:
+    """Host time of one call (ms) while the GPU is idle, both ranks released
+    together: how long the host spends issuing a call (in the copy-engine
+    mode its pieces' driver calls, after meeting the peer's host), and the
+    host time per call of back-to-back calls (the host runs ahead of the GPU
+    unless issuing, or a full queue, holds it)."""
+    rows = []
+    for nbytes in SIZES:
+        x = torch.randn(nbytes // 2, device="cuda", dtype=torch.float16)
+        y = x.clone()
+        row: dict = {"bytes": nbytes, "copy_engine_pieces": ce_pieces(nbytes),
+                     "copy_engine_driver_calls": ce_driver_calls(nbytes)}
+        impls = {"nccl": lambda y=y: dist.all_reduce(y),
+                 "kernel_mode": lambda x=x: hr_kernel.all_reduce(x),
+                 "copy_engine_mode": lambda x=x: hr_ce.all_reduce(x)}
+        for name, fn in impls.items():
+            for _ in range(3):
+                fn()
+            one = []
+            for _ in range(calls):
+                _sync_ranks(cpu_group)
+                t = time.perf_counter()
+                fn()
+                one.append((time.perf_counter() - t) * 1e3)
+            iters = 20 if nbytes >= 4194304 else 50
+            _sync_ranks(cpu_group)
+            t = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            back_to_back = (time.perf_counter() - t) * 1e3 / iters
+            torch.cuda.synchronize()
+            row[name] = {"one_call_median_ms": statistics.median(one),
+                         "one_call_min_ms": min(one), "calls": calls,
+                         "back_to_back_host_ms_per_call": back_to_back}
+        rows.append(row)
+        if rank == 0:
+            print(f"{nbytes:>9} B host issue: " + ", ".join(
+                f"{i} {row[i]['one_call_median_ms']:.4f} ms" for i in impls), flush=True)
+    return rows
 
 
 def _copy_bw(rank, cpu_group) -> dict:
@@ -275,14 +337,12 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     hr_kernel = HostAllReduce(
         cpu_group,
         rank,
-        SimpleNamespace(enabled=True, max_bytes=CE_MAX, copy_engine_max_bytes=0),
-        timeout_s=30.0,
+        SimpleNamespace(enabled=True, max_bytes=CE_MAX, copy_engine_max_bytes=0, timeout_s=30.0),
     )
     hr_ce = HostAllReduce(
         cpu_group,
         rank,
-        SimpleNamespace(enabled=True, max_bytes=16, copy_engine_max_bytes=CE_MAX),
-        timeout_s=30.0,
+        SimpleNamespace(enabled=True, max_bytes=16, copy_engine_max_bytes=CE_MAX, timeout_s=30.0),
     )
     assert not hr_kernel.disabled, hr_kernel.disabled_reason
     assert not hr_ce.disabled, hr_ce.disabled_reason
@@ -291,6 +351,7 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     sizes: list = []
     _allreduce_times(rank, cpu_group, hr_kernel, hr_ce, sizes)
     result["allreduce"] = sizes
+    result["host_issue"] = _host_issue(rank, cpu_group, hr_kernel, hr_ce)
     result["copy_bandwidth"] = _copy_bw(rank, cpu_group)
     at = next(r for r in sizes if r["bytes"] == INTERFERENCE_BYTES)
     ar_ms = {i: at[i]["median_ms"] for i in ("nccl", "kernel_mode", "copy_engine_mode")}
@@ -310,12 +371,88 @@ def _summary(r0: dict) -> dict:
     for row in r0["allreduce"]:
         floor_ms = row["bytes"] / (floor_bw * 1e9) * 1e3
         entry = {"bytes": row["bytes"], "floor_ms": floor_ms}
-        for impl in ("nccl", "kernel_mode", "copy_engine_mode"):
+        for impl in IMPLS:
             entry[impl + "_ms"] = row[impl]["median_ms"]
             entry[impl + "_algbw_GBps"] = row[impl]["algbw_GBps"]
             entry[impl + "_fraction_of_floor"] = floor_ms / row[impl]["median_ms"]
+        issue = {h["bytes"]: h for h in r0.get("host_issue", [])}.get(row["bytes"])
+        if issue:
+            entry.update(_host_bound(issue, entry))
         rows.append(entry)
     return {"floor_bandwidth_GBps": floor_bw, "per_size": rows}
+
+
+def _host_bound(issue: dict, entry: dict) -> dict:
+    """The copy-engine mode's host side against its time per call: the host
+    time of one call, per driver call (above the kernel mode's one launch),
+    and as a fraction of the time per call back to back (near 1 or above:
+    issuing bounds the mode)."""
+    ce, kernel = issue["copy_engine_mode"], issue["kernel_mode"]
+    calls = issue["copy_engine_driver_calls"]
+    host_ms = ce["one_call_median_ms"]
+    return {
+        "copy_engine_pieces": issue["copy_engine_pieces"],
+        "copy_engine_driver_calls": calls,
+        "copy_engine_host_issue_ms": host_ms,
+        "copy_engine_host_us_per_driver_call":
+            1e3 * (host_ms - kernel["one_call_median_ms"]) / (calls - 1),
+        "copy_engine_host_back_to_back_ms": ce["back_to_back_host_ms_per_call"],
+        "copy_engine_host_fraction_of_call": host_ms / entry["copy_engine_mode_ms"],
+        "kernel_mode_host_issue_ms": kernel["one_call_median_ms"],
+        "nccl_host_issue_ms": issue["nccl"]["one_call_median_ms"],
+    }
+
+
+ROOT = Path(__file__).resolve().parents[1]
+METHOD = (
+    "time per call = median over 9 trials of N back-to-back calls (events on the caller's "
+    "stream, both ranks released together) after 5 warm-up calls; NCCL in place, the host "
+    "all-reduce out of place; host issue: host time of one call after both ranks were "
+    "synchronized and released together (median of 30), and host time per call of N "
+    "back-to-back calls; interference: loop of 30 ops on the default stream, all-reduces "
+    "of 8,192,000 B enqueued after it on a side stream (1.3x the loop's time), median of "
+    "3; copies: 64 MiB pinned copies, 10 per stream")
+
+
+def figures(rank0: dict, summary: dict) -> dict:
+    """The headline figures: pinned copy bandwidth under the all-reduce's
+    load, and per payload the time per call of each implementation, the
+    floor, and the copy-engine mode's host side."""
+    both = rank0["copy_bandwidth"]["both_directions_both_gpus"]
+    out = {f"copy_{d}_both_GBps": results.figure(
+        both[f"{d}_GBps"], "GB/s", f"pinned {name} copies, both directions on both GPUs",
+        f"rank0.copy_bandwidth.both_directions_both_gpus.{d}_GBps")
+        for d, name in (("h2d", "host-to-device"), ("d2h", "device-to-host"))}
+    names = {"nccl": "NCCL", "kernel_mode": "kernel mode", "copy_engine_mode": "copy-engine mode"}
+    for i, row in enumerate(summary["per_size"]):
+        b = row["bytes"]
+        where = f"summary.per_size[{i}]"
+
+        def add(key: str, unit: str, what: str, b=b, where=where, row=row) -> None:
+            if key in row:
+                out[f"allreduce_{b}B.{key}"] = results.figure(
+                    row[key], unit, f"two-rank fp16 all-reduce of {b:,} B, {what}",
+                    f"{where}.{key}")
+
+        for impl, name in names.items():
+            add(f"{impl}_ms", "ms", f"{name}, time per call")
+        add("floor_ms", "ms", "pipelined host all-reduce floor")
+        add("copy_engine_host_issue_ms", "ms", "copy-engine mode, host time of one call")
+        add("copy_engine_host_us_per_driver_call", "us",
+            "copy-engine mode, host time per driver call (above the kernel mode's)")
+        add("copy_engine_host_fraction_of_call", "fraction",
+            "copy-engine mode, host time of one call over its time per call")
+    return out
+
+
+def document(rank0: dict, rank1: dict, run: dict, machine: dict, series: dict) -> dict:
+    """The results file (results/README.md) of one run: both ranks' raw
+    results, rank 0's summary and its figures."""
+    summary = _summary(rank0)
+    body = {"what": "two-rank fp16 all-reduce: host all-reduce vs NCCL, P2P off",
+            **run, "method": METHOD, "rank0": rank0, "rank1": rank1, "summary": summary}
+    return results.document("bench", body, machine=machine, series=series,
+                            figures=figures(rank0, summary))
 
 
 def main() -> None:
@@ -334,11 +471,11 @@ def main() -> None:
     ]
     for pr in procs:
         pr.start()
-    results: dict = {}
-    while len(results) < len(procs):
+    by_rank: dict = {}
+    while len(by_rank) < len(procs):
         try:
             rank, res = queue.get(timeout=5)
-            results[rank] = res
+            by_rank[rank] = res
         except Exception:
             dead = [pr.exitcode for pr in procs if pr.exitcode not in (None, 0)]
             if dead:
@@ -347,42 +484,14 @@ def main() -> None:
                 raise SystemExit(f"a worker failed (exit codes {dead})") from None
     for pr in procs:
         pr.join()
-    smi = (
-        subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,driver_version,pci.bus_id",
-                "--format=csv,noheader",
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,pci.bus_id", "--format=csv,noheader"],
+        check=False, capture_output=True, text=True).stdout.strip().splitlines()
     nccl = torch.cuda.nccl.version()
-    doc = {
-        "what": "two-rank fp16 all-reduce: host all-reduce vs NCCL, P2P off",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "gpus": smi,
-        "gpu_name": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-        "env": {k: os.environ.get(k) for k in ("NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE")},
-        "method": "time per call = median over 9 trials of N back-to-back calls "
-        "(events on the caller's stream, both ranks released together) after 5 "
-        "warm-up calls; NCCL in place, the host all-reduce out of place; "
-        "interference: loop of 30 ops on the default stream, all-reduces of "
-        "8,192,000 B enqueued after it on a side stream (1.3x the loop's time), "
-        "median of 3; copies: 64 MiB pinned copies, 10 per stream",
-        "rank0": results[0],
-        "rank1": results[1],
-        "summary": _summary(results[0]),
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=2)
+    run = {"gpus": smi, "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
+           "env": {k: os.environ.get(k) for k in ("NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE")}}
+    doc = document(by_rank[0], by_rank[1], run, results.machine(), results.current_series(ROOT))
+    results.write(Path(args.out), doc)
     s = doc["summary"]
     print(f"floor bandwidth {s['floor_bandwidth_GBps']:.1f} GB/s")
     for row in s["per_size"]:
@@ -391,9 +500,15 @@ def main() -> None:
             + " | ".join(
                 f"{i} {row[i + '_ms']:.4f} ms {row[i + '_algbw_GBps']:.1f} GB/s "
                 f"{100 * row[i + '_fraction_of_floor']:.0f}%"
-                for i in ("nccl", "kernel_mode", "copy_engine_mode")
+                for i in IMPLS
             )
         )
+        if "copy_engine_host_issue_ms" in row:
+            print(f"{'':>9}   copy-engine host issue {row['copy_engine_host_issue_ms']:.4f} ms "
+                  f"({row['copy_engine_driver_calls']} driver calls, "
+                  f"{row['copy_engine_host_us_per_driver_call']:.2f} us each above the kernel "
+                  f"mode), {100 * row['copy_engine_host_fraction_of_call']:.0f}% of its time "
+                  "per call")
 
 
 if __name__ == "__main__":

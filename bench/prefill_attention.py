@@ -24,17 +24,21 @@ of the GPU it runs on, never of a Turing card.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit import results  # noqa: E402
+
+try:  # the GPU machine's; document() and the figures need none of it
+    import torch
+except ImportError:
+    torch = None
 
 HEAD = 256
 HEADS, KV_HEADS, PAGE = 12, 2, 16
@@ -229,7 +233,8 @@ def main() -> int:
                 (out.float() - tout.float()).abs().max().item())
         rows.append(row)
         line = (f"{q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms "
-                f"({row['no_split']['tflops']:6.1f} TF), auto {row['auto_split']['median_ms']:8.3f} ms "
+                f"({row['no_split']['tflops']:6.1f} TF), "
+                f"auto {row['auto_split']['median_ms']:8.3f} ms "
                 f"({row['auto_split']['tflops']:6.1f} TF, "
                 f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} %)")
         if "triton_attn" in row:
@@ -239,29 +244,48 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     props = torch.cuda.get_device_properties(0)
-    driver = subprocess.run(
-        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-        capture_output=True, text=True).stdout.strip().splitlines()
-    result = {
-        "what": "Turing paged prefill attention (compute_75 PTX, JIT) vs "
-                "TRITON_ATTN unified kernel; H200 figures, not Turing figures",
-        "gpu": props.name,
-        "sm_count": props.multi_processor_count,
-        "driver": driver[0] if driver else None,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": _version("triton"),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "series_commit": os.environ.get("SERIES_COMMIT"),
-        "shape": {"num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD,
-                  "page_size": PAGE, "causal": True},
-        "timing": "CUDA graph replay, CUDA events, median of reps after warm-up",
-        "mma_m16n8k8_ceiling": ceiling,
-        "rows": rows,
-    }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    run = {"sm_count": props.multi_processor_count, "triton": _version("triton")}
+    doc = document(rows, ceiling, run, results.machine(detail="compute_75 PTX, JIT"),
+                   results.current_series(ROOT))
+    results.write(a.out, doc)
     return 0
+
+
+WHAT = ("Turing paged prefill attention (compute_75 PTX, JIT) vs TRITON_ATTN unified kernel; "
+        "figures of the GPU it ran on, not Turing figures")
+NAMES = {"no_split": "no split", "auto_split": "auto split", "triton_attn": "triton attn"}
+
+
+def figures(rows: list[dict], ceiling: dict) -> dict:
+    """The ceiling, and per shape the median time of each variant and the
+    automatic split's fraction of the ceiling."""
+    out = {"mma_m16n8k8_ceiling_tflops": results.figure(
+        ceiling["tflops"], "TFLOP/s", "mma.sync m16n8k8 ceiling measured in the same run",
+        "mma_m16n8k8_ceiling.tflops")}
+    for i, row in enumerate(rows):
+        q, ctx = row["query_len"], row["context_len"]
+        key = f"q{q}_ctx{ctx}"
+        for v, name in NAMES.items():
+            if v in row:
+                out[f"{key}.{v}_ms"] = results.figure(
+                    row[v]["median_ms"], "ms", f"{q} query tokens after {ctx:,} of context, "
+                    f"{name}, median (CUDA graphs)", f"rows[{i}].{v}.median_ms")
+        out[f"{key}.auto_split_fraction_of_ceiling"] = results.figure(
+            row["auto_split"]["fraction_of_mma_ceiling"], "fraction",
+            f"{q} after {ctx:,}: automatic split, fraction of the mma.sync ceiling",
+            f"rows[{i}].auto_split.fraction_of_mma_ceiling")
+    return out
+
+
+def document(rows: list[dict], ceiling: dict, run: dict, machine: dict, series: dict) -> dict:
+    """The results file (results/README.md) of one run."""
+    body = {"what": WHAT, **run,
+            "shape": {"num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD,
+                      "page_size": PAGE, "causal": True},
+            "timing": "CUDA graph replay, CUDA events, median of reps after warm-up",
+            "mma_m16n8k8_ceiling": ceiling, "rows": rows}
+    return results.document("bench", body, machine=machine, series=series,
+                            figures=figures(rows, ceiling))
 
 
 def _version(mod: str) -> str | None:

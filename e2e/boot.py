@@ -1,13 +1,18 @@
 """One boot of vLLM for the A/B harness; prints its measurements as JSON.
 
-Run by ab.py in a process of its own per boot. Prefill: each fixed prompt
+Run by ab.py in a process of its own per boot, on the checkpoint that
+``models.py --write`` wrote (std 0.02, norms 1). Prefill: each fixed prompt
 generates one token (prefix caching off, so nothing is reused). Decode: the
 time of N tokens minus the time of one, per step, at a short and a long
 context. Greedy: token ids of fixed prompts, with the log-probability gap
 between the first and second choice at each step (a flip at a small gap is
 rounding, at a large one a real difference). Peak memory: nvidia-smi polled
-beside the boot. ``--warm-only`` boots and runs the warm-up prompts alone
-(the harness's uncounted warm boot: it fills the kernel caches on disk).
+beside the boot, and per worker the startup profile's activation peak (with
+an overlap arm the profile runs the halves) beside the activation peak of the
+measured prompts. ``--profile-tokens N``: device time per kernel over one
+more prompt of N tokens (after everything measured), for the ideal-overlap
+bound. ``--warm-only`` boots and runs the warm-up prompts alone (the
+harness's uncounted warm boot: it fills the kernel caches on disk).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class PeakMemory(threading.Thread):
         while not self.stop.is_set():
             try:
                 out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                    ["nvidia-smi", "--query-gpu=index,memory.used",
+                     "--format=csv,noheader,nounits"],
                     capture_output=True, text=True, timeout=10).stdout
                 for line in out.strip().splitlines():
                     i, used = (int(x) for x in line.split(","))
@@ -63,16 +69,19 @@ def main() -> None:
     p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
     p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--warm-only", action="store_true")
+    p.add_argument("--profile-tokens", type=int, default=0)
     a = p.parse_args()
     arm = json.loads(a.arm)
-    model = models.write(a.model, a.layers, Path("/tmp/e2e-models"))
+    model = models.folder(a.model, a.layers)
+    if not (model / "weights.json").is_file():
+        sys.exit(f"error: no weights in {model}: python3 e2e/models.py --write {a.model}")
     mem = PeakMemory()
     mem.start()
     from vllm import LLM, SamplingParams
 
     t0 = time.perf_counter()
     llm = LLM(
-        model=str(model), load_format="dummy", skip_tokenizer_init=True,
+        model=str(model), load_format="safetensors", skip_tokenizer_init=True,
         tensor_parallel_size=2, dtype="float16", gpu_memory_utilization=0.6,
         max_model_len=131072, max_num_batched_tokens=2048, enable_prefix_caching=False,
         disable_custom_all_reduce=True, attention_backend="TRITON_ATTN", seed=0,
@@ -81,11 +90,12 @@ def main() -> None:
                             **arm.get("compilation_config", {})},
         kernel_config=arm.get("kernel_config") or {},
         attention_config=arm.get("attention_config") or {},
-        worker_extension_cls="reinit.ReinitWeights",
+        worker_extension_cls="e2e_worker.HarnessWorker",
     )
-    refilled = llm.collective_rpc("reinit_weights")
     result = {"boot_s": time.perf_counter() - t0, "prefill_s": {}, "greedy": {},
-              "greedy_margin": {}, "decode": {}, "reinit": refilled}
+              "greedy_margin": {}, "decode": {},
+              "weights": json.loads((model / "weights.json").read_text()),
+              "weight_scale": record(llm, "weight_scale")}
 
     def gen(ids, n, logprobs=None):
         sp = SamplingParams(max_tokens=n, temperature=0.0, detokenize=False, ignore_eos=True,
@@ -101,6 +111,7 @@ def main() -> None:
     if a.warm_only:
         print("RESULT " + json.dumps({"boot_s": result["boot_s"], "warm_only": True}), flush=True)
         return
+    record(llm, "reset_peak_memory")
     wanted = [x for x in models.PREFILL if a.prefill == "all" or x[0] in a.prefill.split(",")]
     for i, (name, length) in enumerate(wanted):
         dt, out = gen(models.prompt(length, 10 + i), 1)
@@ -131,7 +142,30 @@ def main() -> None:
     mem.stop.set()
     mem.join()
     result["peak_memory_mib"] = mem.peak
+    result["memory"] = record(llm, "memory_stats")
+    if a.profile_tokens:
+        result["profile"] = profile(llm, gen, a.profile_tokens)
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def record(llm, method: str) -> object:
+    """A worker extension call (e2e_worker.py) whose failure is recorded, not fatal."""
+    try:
+        return llm.collective_rpc(method)
+    except Exception as e:  # noqa: BLE001 - a record; the measurements go on
+        return {"error": repr(e)}
+
+
+def profile(llm, gen, tokens: int) -> dict:
+    """Device time per kernel over one prompt of ``tokens`` (after the
+    measured ones, so the profiler slows nothing measured)."""
+    try:
+        llm.collective_rpc("profile_start")
+        gen(models.prompt(tokens, 400), 1)
+        kernels = llm.collective_rpc("profile_stop")
+    except Exception as e:  # noqa: BLE001 - the bound is optional; the boot is not
+        return {"error": repr(e)}
+    return {"tokens": tokens, "chunks": models.chunks(tokens), "ranks": kernels}
 
 
 if __name__ == "__main__":

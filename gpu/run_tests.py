@@ -1,12 +1,19 @@
 """Run the series' test files in the assembled tree on the GPU machine and
-write the results JSON (GPU, driver, torch, date, series commit and tree,
-base version, outcomes).
+write the results JSON: the schema header of results/README.md (machine,
+GPU, driver, torch, date, series commit, tree and files from the packer's
+stamps, base version), then the outcomes.
 
     python3 gpu/run_tests.py TREE OUT.json [-k EXPR] [TEST_FILE ...]
 
 With test files named, only those run (they must be the series' own); -k
-selects tests in them as pytest's -k does (a long file over two runs)."""
+selects tests in them as pytest's -k does (a long file over two runs). With
+COVERAGE=1 they run under coverage.py (test contexts, every Python process
+they start included) and the report goes beside OUT.json as
+coverage-<machine>.json (e.g. coverage-h200x2.json): copied here to
+.work/pr/coverage/h200x2.json, the pr session lists it beside the CPU's."""
 
+import os
+import shlex
 import shutil
 import sys
 import tarfile
@@ -14,12 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from serieskit import runner, series  # noqa: E402
+from serieskit import results, runner, series  # noqa: E402
 
 
-def stamp(tree: Path, name: str) -> str:
-    """What the overlay packer recorded of the tested series."""
-    return (tree / name).read_text().strip() if (tree / name).exists() else "?"
+def commands(files: list[str], select: str | None) -> list[str]:
+    """The pytest command of each file as it ran (one process each)."""
+    env = "NCCL_P2P_DISABLE=1 " if os.environ.get("NCCL_P2P_DISABLE") == "1" else ""
+    k = f"-k {shlex.quote(select)} " if select else ""
+    return [f"{env}python -m pytest {k}{f}" for f in files]
 
 
 def main(argv: list[str]) -> int:
@@ -33,10 +42,15 @@ def main(argv: list[str]) -> int:
         sys.exit(f"error: not a test file of the series: {', '.join(unknown)}")
     logs = Path("/tmp/test-logs")
     shutil.rmtree(logs, ignore_errors=True)
-    outcomes = runner.run_all(tree, chosen or files, logs, select=select)
-    runner.write_results(dest, outcomes, stamp(tree, "SERIES_COMMIT"),
-                         {"series_tree": stamp(tree, "SERIES_TREE"),
-                          "base_version": stamp(tree, "BASE_VERSION")})
+    ran = chosen or files
+    rc = runner.coverage_rc(Path("/tmp/coverage-data")) if os.environ.get("COVERAGE") == "1" \
+        else None
+    outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc)
+    runner.write_results(dest, outcomes, results.series_from_stamps(tree),
+                         {"commands": commands(ran, select)})
+    if rc:
+        report = dest.parent / f"coverage-{runner.machine_slug()}.json"
+        runner.coverage_report(tree, rc, report, results.series_from_stamps(tree))
     # One archive: the GPU machine returns at most eight files from its output folder.
     with tarfile.open(dest.parent / "test-logs.tgz", "w:gz") as tar:
         tar.add(logs, arcname="test-logs")

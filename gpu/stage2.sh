@@ -2,7 +2,8 @@
 # GPU machine, run 2 of 2 (within 30 s of run 1): assemble the packed vLLM
 # release (part2/VERSION, written from pin.toml) with the series' overlay
 # under /tmp/vllm-run, build the series' native module with compute_75 PTX (BUILD=0 skips it), run the series' test files (those in $TESTS,
-# space-separated, when set; none for none; SELECT is pytest's -k), then
+# space-separated, when set; none for none; SELECT is pytest's -k; COVERAGE=1
+# runs them under coverage.py), then
 # whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
 set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}

@@ -331,7 +331,8 @@ def full_build(tree: Path, log=print) -> None:
         raise ToolkitError(f"build --full: {nvcc} (CUDA {nvcc_version(nvcc)}) cannot "
                            f"target sm_{', sm_'.join(missing)}: put a CUDA 12.x nvcc first on PATH")
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST="7.0 7.5", VLLM_TARGET_DEVICE="cuda")
-    log(f"build --full: pip install --no-build-isolation {tree} for TORCH_CUDA_ARCH_LIST=\"7.0 7.5\"")
+    log(f"build --full: pip install --no-build-isolation {tree} "
+        "for TORCH_CUDA_ARCH_LIST=\"7.0 7.5\"")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-v",
                            "--no-build-isolation", str(tree)], env=env)
     if proc.returncode != 0:

@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA = "vllm-series-results/1"
-HEADER = ("schema", "kind", "date", "machine", "series", "figures")
+from serieskit.results import HEADER, SCHEMA  # noqa: F401 - one definition, results.py
 
 _TOKEN = re.compile(r"""\.?([A-Za-z0-9_+\-]+)|\[(\d+)\]|\[(['"])(.*?)\3\]""")
 

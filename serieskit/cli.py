@@ -74,8 +74,17 @@ def cmd_build(args: argparse.Namespace, root: Path) -> None:
 
 def cmd_test(args: argparse.Namespace, root: Path) -> None:
     tree = series.applied_tree(root)
+    slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
+    rc = runner.coverage_rc(root / series.WORK / "coverage" / slug) if args.coverage else None
     outcomes = runner.run_all(tree, series.test_files(root),
-                              root / series.WORK / "test-results")
+                              root / series.WORK / "test-results", coverage=rc)
+    if rc:
+        from serieskit import results
+
+        dest = root / series.WORK / "pr" / "coverage" / f"{slug}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        runner.coverage_report(tree, rc, dest, results.series_from_work_tree(root))
+        print(f"test: coverage of the series' test files on {slug}: {dest}")
     regressions = runner.upstream(root, tree)  # upstream's CPU tests of the touched files
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
@@ -146,7 +155,11 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--tree", type=Path, help="patched vLLM tree (default: .work/vllm)")
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
-    command("test", cmd_test, "run the series' test files, one process each")
+    t = command("test", cmd_test, "run the series' test files, one process each")
+    t.add_argument("--coverage", nargs="?", const="auto", metavar="MACHINE",
+                   help="under coverage.py with test contexts: data files in .work/coverage/"
+                   "MACHINE, report .work/pr/coverage/MACHINE.json (default name: cpu, or "
+                   "the GPUs, e.g. h200x2)")
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree")
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series")

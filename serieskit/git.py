@@ -178,7 +178,10 @@ def operation_in_progress(repo: Path) -> str | None:
     """Which of am / rebase / merge / cherry-pick is stopped in ``repo``."""
     path = gitdir(repo)
     if (path / "rebase-apply").exists():
-        return "am" if (path / "rebase-apply" / "applying").exists() else "rebase"
+        # Marked "rebasing" by a rebase, "applying" by an am, each only once
+        # set up: an unmarked folder is one killed in its setup (nothing
+        # applied yet), which `git am --abort` removes.
+        return "rebase" if (path / "rebase-apply" / "rebasing").exists() else "am"
     if (path / "rebase-merge").exists():
         return "rebase"
     for name, op in (("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"),

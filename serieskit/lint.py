@@ -229,8 +229,8 @@ def mypy_errors(output: str) -> set[tuple[str, str]]:
             if (m := _MYPY_ERROR.match(line))}
 
 
-def changed_files(tree: Path, base: str) -> list[str]:
-    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, "HEAD")
+def changed_files(tree: Path, base: str, head: str = "HEAD") -> list[str]:
+    out = git.git(tree, "diff", "--name-only", "--diff-filter=ACMR", base, head)
     return out.split()
 
 
@@ -260,17 +260,19 @@ def table(hooks: list[Hook]) -> list[str]:
     return [f"  {h.id:<{width}}  {h.verdict}" for h in hooks]
 
 
-def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> list[str]:
-    """Lint the series head of ``repo`` against ``base``; print each hook's
-    verdict and return the hooks that failed. ``layering_check``
-    (``() -> bool``) is the base-vs-head verdict of check-layering."""
+def run(repo: Path, work: Path, base: str, layering_check=None, log=print,
+        commit: str = "HEAD") -> list[str]:
+    """Lint ``commit`` of ``repo`` (the series head) against ``base`` with
+    that commit's own config; print each hook's verdict and return the hooks
+    that failed. ``layering_check`` (``() -> bool``) is the base-vs-head
+    verdict of check-layering."""
     config = work / "pre-commit-config.yaml"
-    hooks = write_offline_config(repo, config)
-    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", "HEAD").strip())
-    log(f"lint: {repo / CONFIG} through pre-commit (offline config {config})")
+    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
+    hooks = write_offline_config(head, config)
+    log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
     _verdicts(hooks, parse_results(
         pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD")))
-    files = changed_files(repo, base)
+    files = changed_files(repo, base, commit)
     for hook in hooks:
         if hook.verdict != "failed":
             continue
@@ -298,6 +300,12 @@ def run(repo: Path, work: Path, base: str, layering_check=None, log=print) -> li
     return [h.id for h in failed]
 
 
+def precommit_changed(tree: Path, work: Path, lower: str, head: str, log=print) -> list[str]:
+    """The hooks of ``head``'s own config that fail on what ``lower..head``
+    changes (a pull request's commits): :func:`run` on that range."""
+    return run(tree, work, lower, None, log, commit=head)
+
+
 def require_tools() -> None:
     for mod in ("pre_commit", "yaml"):
         if subprocess.run([sys.executable, "-c", f"import {mod}"],
@@ -312,8 +320,8 @@ def session(root: Path, log=print) -> None:
     from serieskit.state import State
 
     tree = series.applied_tree(root)
-    state = State.load(root)
-    assert state.base
+    base_commit = State.load(root).base  # a local: mypy keeps its narrowing in the closure
+    assert base_commit
     require_tools()
 
     def layering_check() -> bool:
@@ -322,10 +330,10 @@ def session(root: Path, log=print) -> None:
         # On a rebased work tree (a fork's ref, say) the pinned upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
-        ref = pin.commit if pin.commit and pin.commit != state.base else None
-        return layering.check_series(tree, state.base, script,
+        ref = pin.commit if pin.commit and pin.commit != base_commit else None
+        return layering.check_series(tree, base_commit, script,
                                      series.layering_acknowledged(root), ref, log=log)
 
-    failed = run(tree, root / series.WORK / "lint", state.base, layering_check, log)
+    failed = run(tree, root / series.WORK / "lint", base_commit, layering_check, log)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")

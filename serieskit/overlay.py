@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import lzma
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base, git, series
+from serieskit import base, claims, series
 from serieskit.errors import ToolkitError, failed
 from serieskit.state import State
 
@@ -37,7 +38,7 @@ GPU_WHEELS = (
     "llguidance>=1.7,<1.8", "xgrammar==0.2.8", "apache-tvm-ffi", "fastapi>=0.133,<0.137",
     "partial-json-parser", "pydantic", "pydantic-core", "annotated-types",
     "typing-inspection", "starlette", "jiter", "distro", "sniffio", "blake3", "depyf",
-    "astor", "dill",
+    "astor", "dill", "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
 )
 GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64", "manylinux1_x86_64"]
@@ -57,7 +58,8 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
 
 
 def pack_gpu(tree: Path, out: Path, version: str, commit: str,
-             extra: tuple[str, ...] | list[str] = (), log=print, tree_id: str = "?") -> None:
+             extra: tuple[str, ...] | list[str] = (), log=print, tree_id: str = "?",
+             files: dict[str, str] | None = None) -> None:
     """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
     wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
@@ -81,16 +83,18 @@ def pack_gpu(tree: Path, out: Path, version: str, commit: str,
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
-        tar.add(tree / "vllm", arcname="vllm",
-                filter=lambda ti: None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti)
+        tar.add(tree / "vllm", arcname="vllm", filter=lambda ti: (
+            None if "__pycache__" in ti.name or ti.name.endswith(".so") else ti))
         for path in extra:
             if (tree / path).exists():
                 tar.add(tree / path, arcname=path,
                         filter=lambda ti: None if "__pycache__" in ti.name else ti)
-        # What the results files name: the commit, the tree (the content,
-        # whatever the commit ids) and the release it sits on.
+        # What the results files name (serieskit.results): the commit, the
+        # tree (the content, whatever the commit ids), the release it sits on
+        # and the blob of every file the series changes.
         for name, value in (("SERIES_COMMIT", commit), ("SERIES_TREE", tree_id),
-                            ("BASE_VERSION", version)):
+                            ("BASE_VERSION", version),
+                            ("SERIES_FILES", json.dumps(files or {}, sort_keys=True))):
             stamp = f"{value}\n".encode()
             info_ = tarfile.TarInfo(name)
             info_.size = len(stamp)
@@ -125,5 +129,6 @@ def session(root: Path, gpu: bool = False, log=print) -> None:
     if gpu:
         head = State.load(root).head or "?"
         extra = ["csrc/sm7x", *series.test_files(root)]
-        tree_id = git.git(tree, "rev-parse", "HEAD^{tree}").strip()
-        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log, tree_id=tree_id)
+        block = claims.series_block(tree, State.load(root).base or "", head, pin.version)
+        pack_gpu(tree, root / ".dev" / "gpu", pin.version, head, extra, log=log,
+                 tree_id=block["tree"], files=block["files"])

@@ -321,7 +321,8 @@ def empty_sections(body: str) -> list[str]:
 
 
 def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims.Checked],
-               signoff: str, n_groups: int, stack_len: int) -> list[dict]:
+               signoff: str, n_groups: int, stack_len: int, strict: bool = False,
+               log_dir: Path | None = None) -> list[dict]:
     gp = _gitpython()
     repo = gp.Repo(tree)
     state = State.load(root)
@@ -354,16 +355,36 @@ def run_checks(root: Path, tree: Path, b: Built, body: str, checked: list[claims
         [f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
          "it as rfc = \"...\" in its [[pr]]" + (f" ({rfc} is missing)" if rfc else "")],
         f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""))
-    from serieskit import lint
-    pre = getattr(lint, "precommit_changed", None)
-    if pre is None or not b.head:
-        add("pre-commit on the changed files", None,
-            "not run: serieskit.lint.precommit_changed does not exist yet" if pre is None
-            else "not built")
-    else:
-        add("pre-commit on the changed files",
-            [] if pre(tree, b.lower or state.base, b.head) else ["the tree's pre-commit fails"])
+    add("pre-commit on the changed files",
+        *precommit(root, tree, b, state.base or "", strict, log_dir))
     return out
+
+
+def precommit(root: Path, tree: Path, b: Built, base_commit: str, strict: bool,
+              log_dir: Path | None = None) -> tuple[list[str] | None, str]:
+    """(problems or None when not run, detail): the PR head's own pre-commit
+    config on its commits (:func:`serieskit.lint.precommit_changed`), the log
+    in ``pre-commit.txt`` beside its body (``.work/pr/<name>/``). Without
+    pre-commit installed it is "not run", and a problem under ``strict``
+    (``--check``)."""
+    from serieskit import lint
+
+    if not b.head:
+        return None, "not built"
+    if git.run(tree, "cat-file", "-e", f"{b.head}:{lint.CONFIG}").returncode != 0:
+        return None, f"not run: the target tree has no {lint.CONFIG}"
+    try:
+        lint.require_tools()
+    except ToolkitError as e:
+        return ([f"not run: {e}"] if strict else None), f"not run: {e}"
+    lines: list[str] = []
+    failed = lint.precommit_changed(tree, root / WORK / "lint" / "pr", b.lower or base_commit,
+                                    b.head, log=lines.append)
+    dest = (log_dir or root / WORK / "pr" / b.group.name) / "pre-commit.txt"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("\n".join(lines) + "\n")
+    rel = dest.relative_to(root) if dest.is_relative_to(root) else dest
+    return [f"hook {h} fails (see {rel})" for h in failed], f"log: {rel}"
 
 
 def rfc_lines(tree: Path, lower: str, head: str) -> int:
@@ -439,7 +460,8 @@ def session(root: Path, onto: str | None, signoff: str | None, version: int | No
         else:
             rd = f"v{b.version}: no previous version\n"
         (dest / "range-diff.txt").write_text(rd)
-        res = run_checks(root, tree, b, body, checked, signoff, len(groups), len(st[g.name]))
+        res = run_checks(root, tree, b, body, checked, signoff, len(groups), len(st[g.name]),
+                         strict=check or push, log_dir=dest)
         (dest / "check.json").write_text(json.dumps(
             {"name": g.name, "ref": b.ref, "head": b.head, "version": b.version,
              "title": g.title, "checks": res}, indent=2) + "\n")

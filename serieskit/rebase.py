@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from serieskit import base, git, rebase_check, safety, series
-from serieskit.errors import ToolkitError, last_line
+from serieskit.errors import ToolkitError, failed, last_line
 from serieskit.state import RebaseState, State
 
 REPORTS = "reports"
@@ -97,6 +97,7 @@ def cont(root: Path, log=print) -> Path | None:
         raise ToolkitError("no rebase is stopped: nothing to continue")
     if git.operation_in_progress(repo) != "rebase":
         return _finish(root, log)
+    safety.check_index_lock(repo, "rebase --continue")  # else git's failure reads as a stop
     unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
         raise ToolkitError(f"unresolved conflicts remain in {', '.join(unresolved)}: "
@@ -184,7 +185,7 @@ def _after_git(root: Path, proc, log) -> Path | None:
         if proc.returncode == 0 and git.operation_in_progress(repo) is None:
             return _finish(root, log)
         if git.operation_in_progress(repo) != "rebase":
-            raise ToolkitError(f"git rebase failed: {last_line(proc.stderr, 'unknown error')}")
+            raise failed("git rebase", proc)  # names a lock file in the way
         where = progress(repo)
         if where == last or git.git(repo, "diff", "--name-only", "--diff-filter=U").split():
             break

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -75,8 +74,9 @@ def parse_junit(path: Path, name: str) -> Outcome:
 
 def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
              env: dict[str, str] | None = None, timeout: float = 1800,
-             select: str | None = None) -> Outcome:
-    """One test file in a pytest process of its own; `select` is pytest's -k."""
+             select: str | None = None, coverage: Path | None = None) -> Outcome:
+    """One test file in a pytest process of its own; `select` is pytest's -k;
+    `coverage` an rc file of :func:`coverage_rc` (run under coverage.py)."""
     if not (tree / test).is_file():
         raise ToolkitError(f"test file {test} is not in {tree}")
     xml = out_dir / (test.replace("/", "__") + ".xml")
@@ -86,8 +86,9 @@ def run_file(tree: Path, test: str, out_dir: Path, python: str = sys.executable,
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p)
     try:
+        under = [python, "-m", "coverage", "run", f"--rcfile={coverage}"] if coverage else [python]
         proc = subprocess.run(
-            [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
+            [*under, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
              f"--junitxml={xml}", *(["-k", select] if select else []), test],
             cwd=tree, env=run_env, timeout=timeout, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
@@ -133,35 +134,90 @@ def summary(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def environment() -> dict:
-    """What ran the tests: GPU, driver, torch (where importable)."""
-    info = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "host": platform.node(),
-            "python": platform.python_version()}
-    try:
-        import torch
-        info["torch"] = torch.__version__
-        info["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i)
-                            for i in range(torch.cuda.device_count())]
-            info["capability"] = list(torch.cuda.get_device_capability(0))
-    except ImportError:
-        info["torch"] = None
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        info["driver"] = smi.stdout.split("\n")[0].strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        info["driver"] = None
-    return info
+# -- coverage of the series' test runs (opt-in) --------------------------------
+#
+# Each test file's pytest process, and every Python process it starts, writes
+# its own data file into one folder per machine (parallel = true); the
+# contexts name the test function. coverage_report combines them into the
+# JSON report the pr session reads (.work/pr/coverage/<machine>.json), with
+# the series that ran, so a report older than a file is named stale there.
+
+COVERAGE = "coverage==7.17.5"
+COVERAGE_RC = """\
+[run]
+data_file = {data}
+parallel = true
+relative_files = true
+dynamic_context = test_function
+patch = subprocess
+include = vllm/*
+"""
 
 
-def write_results(path: Path, outcomes: list[Outcome], series_commit: str,
-                  extra: dict | None = None) -> None:
-    data = {**environment(), "series_commit": series_commit,
-            "files": [asdict(o) for o in outcomes], **(extra or {})}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def coverage_rc(folder: Path) -> Path:
+    """A fresh data folder and its rc file (data files of earlier runs removed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob(".coverage*"):
+        old.unlink()
+    rc = folder / "coveragerc"
+    rc.write_text(COVERAGE_RC.format(data=folder.resolve() / ".coverage"))
+    return rc
+
+
+def machine_slug(info: dict | None = None) -> str:
+    """``cpu``, or the GPU and count: ``h200x2``."""
+    from serieskit import results
+
+    gpus = (info or results.probe())["gpus"]
+    if not gpus:
+        return "cpu"
+    short = gpus[0].removeprefix("NVIDIA ").split()[-1].lower()
+    return f"{short}x{len(gpus)}"
+
+
+def coverage_report(tree: Path, rc: Path, dest: Path, series: dict,
+                    python: str = sys.executable) -> Path:
+    """Combine the folder's data files; write the JSON report with contexts
+    and the series that ran (its ``series`` key) to ``dest``."""
+    for step in (["combine", "--keep", "-q"],
+                 ["json", "--show-contexts", "-q", "-o", str(dest.resolve())]):
+        proc = subprocess.run([python, "-m", "coverage", *step, f"--rcfile={rc}"], cwd=tree,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolkitError(f"coverage {step[0]} failed: {(proc.stdout + proc.stderr).strip()}")
+    report = json.loads(dest.read_text())
+    report["series"] = series
+    dest.write_text(json.dumps(report) + "\n")
+    return dest
+
+
+def test_counts(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """The header's ``test_files``: file -> passed, failed, skipped, errors."""
+    return {o.file: {"passed": o.passed, "failed": o.failed, "skipped": o.skipped,
+                     "errors": o.errors} for o in outcomes}
+
+
+def test_figures(outcomes: list[Outcome]) -> dict[str, dict]:
+    from serieskit.results import figure
+
+    return {f"{Path(o.file).stem}.{k}": figure(
+        getattr(o, k), "tests", f"{o.file}: tests {k}", f"test_files['{o.file}'].{k}")
+        for o in outcomes for k in ("passed", "failed")}
+
+
+def write_results(path: Path, outcomes: list[Outcome], series: dict,
+                  extra: dict | None = None, machine: dict | None = None) -> dict:
+    """A ``tests`` results file (results/README.md): the header (this
+    machine unless ``machine`` is given; ``series`` from
+    :mod:`serieskit.results`), then each file's outcome and ``extra``."""
+    from serieskit import results
+
+    doc = results.document(
+        "tests", {"files": [asdict(o) for o in outcomes], **(extra or {})},
+        machine=machine or results.machine(), series=series,
+        figures=test_figures(outcomes), test_files=test_counts(outcomes))
+    results.write(path, doc)
+    return doc
 
 
 # -- upstream's own tests, on the base and on the series ---------------------

@@ -23,12 +23,13 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from serieskit import git
-from serieskit.errors import ToolkitError
+from serieskit.errors import ToolkitError, stale_lock
 from serieskit.state import WORK, State
 
 BACKUP_REF = "refs/series/backup"
 BACKUP_DIR = f"{WORK}/backup"
 BRANCH = "series"
+TIPS = ("HEAD", f"refs/heads/{BRANCH}")  # where the user's commits can be
 
 
 @contextmanager
@@ -124,7 +125,7 @@ def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) ->
     if not git.is_repo(repo) or git.rev(repo, "HEAD") is None:
         return Unsaved([], [], [])
     dirty = git.dirty_files(repo)
-    tips = [t for t in ("HEAD", f"refs/heads/{BRANCH}") if git.rev(repo, t)]
+    tips = [t for t in TIPS if git.rev(repo, t)]
     known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
     # Commits under a backup ref are saved, base commits are the toolkit's own.
     saved = git.git(repo, "for-each-ref", "--format=%(objectname)", BACKUP_REF,
@@ -136,9 +137,15 @@ def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) ->
     return Unsaved(dirty, commits, with_tip)  # type: ignore[arg-type]
 
 
+def tips(repo: Path) -> list[str]:
+    """The commits HEAD and the series branch point at."""
+    return [c for c in dict.fromkeys(git.rev(repo, t) for t in TIPS) if c]
+
+
 def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=print,
           extra_known: tuple[str, ...] = ()) -> None:
     """Refuse ``action`` over the user's work; with ``force``, save it first."""
+    check_index_lock(repo, action)
     work = unsaved_work(repo, state, extra_known)
     if not work:
         return
@@ -150,6 +157,17 @@ def guard(root: Path, repo: Path, state: State, action: str, force: bool, log=pr
             f"or rerun with --force, which stashes changes and keeps commits under {BACKUP_REF}/",
         ]))
     save(repo, work, action, log)
+
+
+def check_index_lock(repo: Path, action: str) -> None:
+    """A git running in the work tree, or killed there, holds its index:
+    refuse before moving anything, --force or not; only the user can tell
+    which it is."""
+    if not git.is_repo(repo):
+        return
+    lock = git.gitdir(repo) / "index.lock"
+    if lock.exists():
+        raise ToolkitError(f"{action}: {stale_lock(str(lock))}")
 
 
 def save(repo: Path, work: Unsaved, why: str, log=print) -> None:

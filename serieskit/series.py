@@ -225,7 +225,7 @@ def apply(root: Path, force: bool = False, log=print) -> State:
             "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
             f"under {safety.BACKUP_REF}/")
     safety.guard(root, repo, state, "apply", force, log,
-                 extra_known=_made_by_interrupted_apply(repo, state, names, patches))
+                 extra_known=_left_by_interrupted_apply(repo, state, names, patches))
     if moved and (head := git.rev(repo, "HEAD")):
         log(f"apply: kept the series rebased onto {state.base_label} as "
             f"{safety.backup_ref(repo, head, 'rebased')}")
@@ -242,7 +242,7 @@ def apply(root: Path, force: bool = False, log=print) -> State:
         log(f"apply: patches/series lists no patch: the work tree is vLLM {pin.version} alone")
 
     state = State(base=base_commit, base_label=pin.version, total=len(names),
-                  in_progress="apply", head=base_commit)
+                  in_progress="apply", head=base_commit, started_from=safety.tips(repo))
     state.save(root)
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     for i, name in enumerate(names, 1):
@@ -257,6 +257,15 @@ def apply(root: Path, force: bool = False, log=print) -> State:
     log(f"apply: {len(names)} patch(es) on vLLM {pin.version}, HEAD "
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)")
     return state
+
+
+def _left_by_interrupted_apply(repo: Path, state: State, names: list[str],
+                               patches: dict[str, PatchFile]) -> tuple[str, ...]:
+    """What an interrupted apply left in the work tree that is not the user's:
+    the commits it started from (its guard had passed them) and those it made."""
+    if not state.in_progress:
+        return ()
+    return (*state.started_from, *_made_by_interrupted_apply(repo, state, names, patches))
 
 
 def _made_by_interrupted_apply(repo: Path, state: State, names: list[str],

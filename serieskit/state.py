@@ -44,6 +44,11 @@ class State:
     total: int = 0
     applied: int = 0
     in_progress: str | None = None  # "apply" while an apply runs
+    # While an apply runs: the commits HEAD and the series branch were at when
+    # it passed its guard (so none of the user's unsaved work). A kill before
+    # its checkout leaves them in place, and the rerun must not take them for
+    # the user's; state.head then says only the base.
+    started_from: list[str] = field(default_factory=list)
     failed: str | None = None  # the patch a failed apply stopped at
     rebase: RebaseState | None = None  # a rebase stopped, or finished off the pin
 

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import functools
 import io
-import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from serieskit import base
-from serieskit import git, series
+from serieskit import base, git, series
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +70,7 @@ def root(tmp_path, cache) -> Path:
     sha = add_release(cache, "0.0.1", BASE_FILES)
     scratch = tmp_path / "scratch"
     base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=lambda *a: None)
+    commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=quiet)
     base.write_pin(r, base.Pin("0.0.1", sha, commit))
     shutil.rmtree(scratch)
     return r

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import BASE_FILES, add_release, make_sdist, quiet
-from serieskit import base
-from serieskit import git
+from serieskit import base, git
 from serieskit.errors import ToolkitError
 
 

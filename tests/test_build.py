@@ -77,7 +77,8 @@ def test_arch_the_local_nvcc_lacks_compiles_through_cuda12(tmp_path):
               "__global__ void add(__half* a, const __half* b) {\n"
               "  a[threadIdx.x] = __hadd(a[threadIdx.x], b[threadIdx.x]);\n}\n"
               "#ifndef __CUDACC_RTC__\n"
-              "void launch(__half* a, const __half* b, cudaStream_t s) { add<<<1, 32, 0, s>>>(a, b); }\n"
+              "void launch(__half* a, const __half* b, cudaStream_t s) {\n"
+              "  add<<<1, 32, 0, s>>>(a, b);\n}\n"
               "#endif\n")
     tree = tree_with(tmp_path, {"add.cu": kernel})
     lines = []

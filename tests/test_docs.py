@@ -11,7 +11,6 @@ from conftest import commit_file, series_tool
 from serieskit import docs, git
 from serieskit.errors import ToolkitError
 
-
 KERNEL = '''\
 from dataclasses import field
 from typing import Literal
@@ -179,8 +178,8 @@ def test_amend_gives_every_patch_the_reference_of_its_own_fields(tree):
     docs.regenerate(tree)
     git.git(tree, "add", "-A")
     base = commit_file(tree, "README", "base\n", "base")
-    more = KERNEL.replace('    moe_backend: str = "auto"',
-                          '    extra: int = 3\n    """An added field."""\n\n    moe_backend: str = "auto"')
+    field = '    moe_backend: str = "auto"'
+    more = KERNEL.replace(field, '    extra: int = 3\n    """An added field."""\n\n' + field)
     commit_file(tree, "vllm/config/kernel.py", more, "fields")
     unrelated = commit_file(tree, "vllm/other.py", "x = 1\n", "unrelated")
     commit_file(tree, "vllm/config/attention.py", ATTENTION.replace("More.", "Changed."), "attn")

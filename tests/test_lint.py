@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+
 import pytest
 
 from conftest import commit_file
@@ -114,7 +115,8 @@ def test_pre_commit_results_are_read_per_hook_id():
     assert results["clang-format"][0] == "failed"
     assert "csrc/a.cu" in results["clang-format"][1]
     assert results["png-lint"] == ("skipped (no files to check)", "")
-    assert results["check-torch-cuda-call"] == ("failed", "a.py:3: error: Found torch.cuda API call.")
+    assert results["check-torch-cuda-call"] == (
+        "failed", "a.py:3: error: Found torch.cuda API call.")
     assert lint.mypy_errors("vllm/a.py:12: error: Bad [x]\nvllm/a.py: note: n\n") == {
         ("vllm/a.py", "Bad [x]")}
 

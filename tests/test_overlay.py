@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import base, overlay
+from serieskit import base, overlay, results
 from serieskit.errors import ToolkitError
 
 
@@ -67,7 +67,7 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     add_wheel(cache, "9.1.0", b"core module " * 100)
     out = tmp_path / "gpu"
     overlay.pack_gpu(tree, out, "9.1.0", "c0ffee", ["csrc/sm7x", "tests/t.py"],
-                     log=lambda *a: None, tree_id="7ree")
+                     log=lambda *a: None, tree_id="7ree", files={"vllm/a.py": "b10b"})
     with lzma.open(out / "part1" / "_C_stable_libtorch.abi3.so.xz") as f:
         assert f.read() == b"core module " * 100
     assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
@@ -77,8 +77,14 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
         names = set(tar.getnames())
         stamps = {n: tar.extractfile(n).read() for n in ("SERIES_COMMIT", "SERIES_TREE",
                                                           "BASE_VERSION")}
+        tar.extractall(tmp_path / "src", filter="data")
     assert stamps == {"SERIES_COMMIT": b"c0ffee\n", "SERIES_TREE": b"7ree\n",
-                      "BASE_VERSION": b"9.1.0\n"}  # what gpu/run_tests.py records
+                      "BASE_VERSION": b"9.1.0\n"}
+    # what every results writer on the GPU machine records (serieskit.results)
+    assert results.series_from_stamps(tmp_path / "src") == {
+        "base": "vllm==9.1.0", "commit": "c0ffee", "tree": "7ree",
+        "files": {"vllm/a.py": "b10b"},
+        "files_from": "SERIES_FILES packed with the tree (nox -s overlay -- --gpu)"}
     assert {"vllm/sub/mod.py", "csrc/sm7x/k.cu", "tests/t.py"} <= names
     assert not any(n.endswith((".so", ".pyc")) for n in names)
     assert "--python-version" in no_pip[0] and "3.12" in no_pip[0]

@@ -87,10 +87,12 @@ machine = "2 x NVIDIA H200"
 '''
 
 
-def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS) -> Path:
-    """A toolkit root on a synthetic release carrying ``template``, with the
-    series PATCHES applied and exported, and a fresh results file."""
-    files = dict(BASE_FILES)
+def make_root(tmp_path: Path, cache: Path, template: str, groups: str = GROUPS,
+              extra: dict[str, str] | None = None) -> Path:
+    """A toolkit root on a synthetic release carrying ``template`` (and the
+    ``extra`` files), with the series PATCHES applied and exported, and a
+    fresh results file."""
+    files = dict(BASE_FILES, **(extra or {}))
     files[".github/PULL_REQUEST_TEMPLATE.md"] = (FIXTURES / template).read_text()
     sha = add_release(cache, "0.0.2", files)
     root = tmp_path / "root"
@@ -327,18 +329,39 @@ def test_real_results_files_share_the_schema():
 def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
     repo = series.work_repo(root)
+    head = gitpython.Repo(repo).commit("HEAD")
+    ran = {"commit": head.hexsha, "files": {"vllm/config/kernel.py":
+                                            (head.tree / "vllm/config/kernel.py").hexsha}}
     folder = root / ".work/pr/coverage"
     folder.mkdir(parents=True)
-    # kernel.py lines 6-7 are the PR's (host_reduce_limit): 6 ran in a test, 7 did not
-    (folder / "cpu-ci.json").write_text(json.dumps({"files": {
+    # kernel.py lines 6-7 are the PR's (host_reduce_limit): 6 ran in a test, 7 did
+    # not; the run measured the whole series, where the overlap PR's line before
+    # them moves them to 7-8
+    report = {"series": ran, "files": {
         str(repo / "vllm/config/kernel.py"): {
-            "executed_lines": [1, 2, 6], "missing_lines": [7],
-            "contexts": {"6": ["tests/test_a.py::test_a|run"]}}}}))
+            "executed_lines": [1, 2, 7], "missing_lines": [8],
+            "contexts": {"7": ["tests/test_a.py::test_a|run"]}}}}
+    (folder / "cpu.json").write_text(json.dumps(report))
     run(root)
     body = (root / ".work/pr/host/body.md").read_text()
-    row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | cpu-ci"))
-    assert "| 1 / 2 | 7 | tests/test_a.py::test_a|run |".replace("|run", "\\|run") in row
-    assert "| `vllm/host_reduce.py` | cpu-ci |  | not imported by any test |" in body
+    row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | cpu |"))
+    assert "| 1 / 2 | 7 | tests/test_a.py::test_a\\|run |" in row
+    assert "| `vllm/host_reduce.py` | cpu |  | not imported by any test |" in body
+    assert "No coverage data from a GPU machine" in body
+    # a GPU machine's report of an older kernel.py: its rows say stale
+    ran["files"]["vllm/config/kernel.py"] = "0" * 40
+    (folder / "h200x2.json").write_text(json.dumps(report))
+    run(root)
+    body = (root / ".work/pr/host/body.md").read_text()
+    row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | h200"))
+    assert f"(stale: changed since this run (series {head.hexsha[:12]})) |" in row
+    assert "No coverage data from a GPU machine" not in body
+
+
+def test_line_coverage_says_so_without_data(proot):
+    run(proot)
+    body = (proot / ".work/pr/host/body.md").read_text()
+    assert "Line coverage: no coverage data" in body
 
 
 def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
@@ -366,6 +389,59 @@ def test_a_branch_that_does_not_apply_fails_check(tmp_path, cache):
     assert git.rev(series.work_repo(root), "refs/series/pr/host/v1")  # the other one is built
 
 
+# The target tree's own hooks: pygrep needs no environment (offline).
+PRECOMMIT = """\
+repos:
+- repo: local
+  hooks:
+  - id: no-copy-engine-name
+    name: no copy_engine_mode
+    entry: copy_engine_mode
+    language: pygrep
+    files: ^vllm/
+  - id: no-f19
+    name: the base's own finding
+    entry: return 19
+    language: pygrep
+    files: ^vllm/
+"""
+
+
+def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
+    pytest.importorskip("pre_commit")
+    pytest.importorskip("yaml")
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = str(e.value)
+    # host's own commits add copy_engine_mode; the overlap's (c1) do not, and
+    # vllm/utils.py's "return 19" is the base's, in no PR's changed files
+    assert "host: pre-commit on the changed files: hook no-copy-engine-name fails" in msg
+    assert "overlap: pre-commit" not in msg and "no-f19" not in msg
+    log = (root / ".work/pr/host/pre-commit.txt").read_text()
+    assert "vllm/host_reduce.py" in log
+    checks = json.loads((root / ".work/pr/overlap/check.json").read_text())["checks"]
+    assert next(c for c in checks if c["check"].startswith("pre-commit"))["ok"] is True
+
+
+def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, monkeypatch):
+    from serieskit import lint
+
+    def missing() -> None:
+        raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
+
+    monkeypatch.setattr(lint, "require_tools", missing)
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md",
+                     extra={".pre-commit-config.yaml": PRECOMMIT})
+    run(root)  # without --check: reported as not run
+    checks = json.loads((root / ".work/pr/host/check.json").read_text())["checks"]
+    pre = next(c for c in checks if c["check"].startswith("pre-commit"))
+    assert pre["ok"] is None and pre["detail"].startswith("not run: lint needs pre_commit")
+    with pytest.raises(ToolkitError, match="pre-commit on the changed files: not run"):
+        run(root, check=True)
+
+
 def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
     fork = tmp_path / "fork.git"
@@ -378,3 +454,14 @@ def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
     repo = series.work_repo(root)
     assert git.rev(fork, "refs/heads/series-pr/host-v1") == git.rev(repo, "refs/series/pr/host/v1")
     assert git.rev(fork, "refs/heads/series-pr/overlap-v1")
+
+
+def test_line_map_follows_later_changes(tmp_path):
+    from conftest import commit_file
+    from serieskit import prbody
+
+    repo = tmp_path / "r"
+    git.git(None, "init", "-q", str(repo))
+    head = commit_file(repo, "m.py", "a\nb\nc\nd\n", "pr head")
+    ran = commit_file(repo, "m.py", "new\na\nB\nc\nd\nmore\n", "a later PR")
+    assert prbody.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}

@@ -11,12 +11,8 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, quiet
-from serieskit import base
-from serieskit import git
-from serieskit import rebase
-from serieskit import series
+from serieskit import base, git, rebase, series, status
 from serieskit.errors import ToolkitError
-from serieskit import status
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
 V25 = base.Pin("0.25.0", "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
@@ -75,7 +71,8 @@ def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
 
 
 def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):
-    root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch", "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch"])
+    root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch",
+                                     "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch"])
     series.apply(root, log=quiet)
     repo = series.work_repo(root)
     head = git.rev(repo, "HEAD")

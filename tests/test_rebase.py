@@ -5,17 +5,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_series import make_series
 
 from conftest import BASE_FILES, add_release, commit_file, quiet
-from serieskit import base
-from serieskit import git
-from serieskit import rebase
-from serieskit import series
+from serieskit import base, git, rebase, safety, series, status
 from serieskit.errors import ToolkitError
-from serieskit import safety
-from serieskit import status
 from serieskit.state import State
-from test_series import make_series
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {**BASE_FILES, "vllm/utils.py": BASE_FILES["vllm/utils.py"].replace(

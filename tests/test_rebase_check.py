@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from test_series import make_series
+
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import git, rebase_check, series
-from test_series import make_series
 
 UTILS = BASE_FILES["vllm/utils.py"]
 

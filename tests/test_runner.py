@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from serieskit import runner
 
 PASSING = """
@@ -67,12 +69,57 @@ def test_results_json_names_the_machine_and_the_commit(tmp_path):
     tree = make_tree(tmp_path)
     outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path)
     dest = tmp_path / "results" / "r.json"
-    runner.write_results(dest, [outcome], "abc123")
+    series = {"base": "vllm==0.26.0", "commit": "abc123", "tree": None, "files": {},
+              "files_from": None}
+    runner.write_results(dest, [outcome], series)
     data = json.loads(dest.read_text())
-    assert data["series_commit"] == "abc123" and data["date"]
-    assert "driver" in data and "torch" in data
+    assert data["series"]["commit"] == "abc123" and data["date"]
+    assert "driver" in data["machine"] and "torch" in data["machine"]
     assert data["files"][0]["file"] == "tests/test_ok.py"
-    assert data["files"][0]["passed"] == 1
+    assert data["test_files"]["tests/test_ok.py"]["passed"] == 1
+
+
+COVERED = """
+import subprocess
+import sys
+
+from vllm.mod import f
+
+
+def test_f():
+    assert f(1) == 2
+
+
+def test_in_a_subprocess():
+    code = "from vllm.mod import g; g()"
+    subprocess.run([sys.executable, "-c", code], check=True)
+"""
+
+
+def test_coverage_mode_writes_a_report_with_test_contexts(tmp_path):
+    pytest.importorskip("coverage")
+    tree = tmp_path / "tree"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm/__init__.py").write_text("")
+    (tree / "vllm/mod.py").write_text(
+        "def f(x):\n    return x + 1\n\n\ndef g():\n    return 2\n\n\n"
+        "def h():\n    return 3\n")
+    (tree / "tests").mkdir()
+    (tree / "tests/test_cov.py").write_text(COVERED)
+    rc = runner.coverage_rc(tmp_path / "data" / "cpu")
+    outcome = runner.run_file(tree, "tests/test_cov.py", tmp_path, coverage=rc)
+    assert outcome.ok and outcome.passed == 2
+    assert len(list((tmp_path / "data" / "cpu").glob(".coverage.*"))) >= 2  # per process
+    dest = runner.coverage_report(tree, rc, tmp_path / "cpu.json", {"commit": "c0ffee"})
+    report = json.loads(dest.read_text())
+    assert set(report["files"]) == {"vllm/__init__.py", "vllm/mod.py"}  # relative, vllm/ only
+    mod = report["files"]["vllm/mod.py"]
+    assert 2 in mod["executed_lines"] and 10 in mod["missing_lines"]  # h() never ran
+    assert 6 in mod["executed_lines"]  # g() ran in the test's subprocess
+    assert any("test_f" in c for c in mod["contexts"]["2"])
+    assert report["series"] == {"commit": "c0ffee"}
+    assert runner.machine_slug({"gpus": []}) == "cpu"
+    assert runner.machine_slug({"gpus": ["NVIDIA H200"] * 2}) == "h200x2"
 
 
 def test_select_runs_part_of_a_file(tmp_path):

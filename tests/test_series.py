@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_file, quiet
-from serieskit import git
-from serieskit import series
+from serieskit import git, safety, series, status
 from serieskit.errors import ToolkitError
-from serieskit import safety
-from serieskit import status
 from serieskit.state import State
 
 
@@ -137,18 +134,19 @@ def test_interrupted_apply_is_detected_and_repaired(root):
     good = fresh_apply(root)
     shutil.rmtree(root / ".work")
     # Kill an apply midway through its second patch.
+    repo_dir = str(Path(__file__).parent.parent)
     proc = subprocess.Popen(["python3", "-c", (
-        "import sys, os, signal; from pathlib import Path; sys.path.insert(0, %r)\n"
+        f"import sys, os, signal; from pathlib import Path; sys.path.insert(0, {repo_dir!r})\n"
         "from serieskit import series, git\n"
         "from serieskit.state import State\n"
         "real = git.run\n"
         "def run(repo, *a, **k):\n"
-        "    if a[0] == 'am' and State.load(Path(%r)).applied == 1:\n"
+        f"    if a[0] == 'am' and State.load(Path({str(root)!r})).applied == 1:\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return real(repo, *a, **k)\n"
         "git.run = run\n"
-        "series.apply(Path(%r), log=lambda *a: None)\n"
-    ) % (str(Path(__file__).parent.parent), str(root), str(root))])
+        f"series.apply(Path({str(root)!r}), log=lambda *a: None)\n"
+    )])
     proc.wait()
     assert proc.returncode != 0
     assert State.load(root).in_progress == "apply"

@@ -1,0 +1,229 @@
+"""Every results writer emits the schema header of results/README.md
+(serieskit.results), fed here with the raw data of the committed runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from serieskit import claims, pr, results, runner
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "results" / "raw" / "e2e_seed16_h200x2"
+H200X2 = results.machine_block(["NVIDIA H200"] * 2, "580.159.04", "2.11.0+cu130", "13.0",
+                               "off (NCCL_P2P_DISABLE=1)")
+SERIES = {"base": "vllm==0.26.0", "commit": "c0ffee", "tree": "7ree", "files": {},
+          "files_from": "a test"}
+
+
+def script(path: str):
+    """A bench / e2e / gpu script imported as a module (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def committed(name: str) -> dict:
+    return json.loads((ROOT / "results" / name).read_text())
+
+
+def test_committed_results_files_validate():
+    for f in sorted((ROOT / "results").glob("*.json")):
+        assert results.validate(json.loads(f.read_text())) == [], f.name
+
+
+def test_machine_header_and_label():
+    assert H200X2["name"] == "2 x NVIDIA H200"
+    assert H200X2["label"] == "H200 figure (2 x H200, P2P off): not a Turing figure"
+    one = results.machine_block(["NVIDIA H200"], "580", "2.11", "13.0", "on", detail="PTX")
+    assert one["label"] == "H200 figure (H200, PTX): not a Turing figure" and "p2p" not in one
+    turing = results.machine_block(["Quadro RTX 8000"] * 2, "535", "2.4", "12.1",
+                                   "off (NCCL_P2P_DISABLE=1)", capability=(7, 5))
+    assert turing["label"].startswith("Turing / Volta figure (2 x Quadro RTX 8000, P2P off)")
+    assert results.machine_block([], None, None, None)["label"] == "CPU run (no GPU)"
+    assert results.validate(dict(committed("e2e_seed16_h200x2.json"), date="30 Nov")) == [
+        "date '30 Nov' is not ISO 8601"]
+
+
+def test_runner_write_results_validates(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests/test_ok.py").write_text("def test_ok():\n    pass\n")
+    outcome = runner.run_file(tree, "tests/test_ok.py", tmp_path)
+    doc = runner.write_results(tmp_path / "r.json", [outcome], SERIES)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert results.validate(data) == [] and data == doc
+    assert data["test_files"] == {"tests/test_ok.py": {"passed": 1, "failed": 0, "skipped": 0,
+                                                       "errors": 0}}
+    assert claims.resolve(data, "figures['test_ok.passed'].value") == 1
+    assert data["files"][0]["file"] == "tests/test_ok.py" and data["series"] == SERIES
+
+
+def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monkeypatch):
+    run_tests = script("gpu/run_tests.py")
+    test = "tests/config/test_host_reduce_config.py"
+    tree = tmp_path / "src"
+    (tree / test).parent.mkdir(parents=True)
+    (tree / test).write_text("def test_config():\n    pass\n")
+    for key, value in (("SERIES_COMMIT", "c0ffee"), ("SERIES_TREE", "7ree"),
+                       ("BASE_VERSION", "0.26.0"),
+                       ("SERIES_FILES", json.dumps({test: "b10b"}))):
+        (tree / key).write_text(value + "\n")
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    out = tmp_path / "out" / "tests.json"
+    out.parent.mkdir()
+    assert run_tests.main([str(tree), str(out), "-k", "not hybrid", test]) == 0
+    data = json.loads(out.read_text())
+    assert results.validate(data) == []
+    assert data["series"]["commit"] == "c0ffee" and data["series"]["base"] == "vllm==0.26.0"
+    assert data["series"]["files"] == {test: "b10b"}
+    assert data["commands"] == [f"NCCL_P2P_DISABLE=1 python -m pytest -k 'not hybrid' {test}"]
+    assert (out.parent / "test-logs.tgz").is_file()
+
+
+def test_host_reduce_bench_document_validates_and_keeps_the_claimed_figures():
+    bench = script("bench/host_reduce.py")
+    old = committed("bench_host_reduce_h200x2.json")
+    doc = bench.document(old["rank0"], old["rank1"], {"gpus": old["gpus"]}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    for name, fig in old["figures"].items():  # what the pull requests claim
+        assert doc["figures"][name]["value"] == pytest.approx(fig["value"]), name
+        assert doc["figures"][name]["unit"] == fig["unit"]
+    for g in pr.read_groups(ROOT):
+        for c in g.claims:
+            if c.file == "results/bench_host_reduce_h200x2.json":
+                assert claims.resolve(doc, c.path) == pytest.approx(
+                    claims.resolve(old, c.path))
+
+
+def test_host_reduce_bench_host_issue_figures():
+    bench = script("bench/host_reduce.py")
+    assert [bench.ce_pieces(b) for b in bench.SIZES] == [1, 4, 16, 16, 16]
+    assert bench.ce_driver_calls(8192000) == 16 * 4 + 9
+    old = committed("bench_host_reduce_h200x2.json")
+    rank0 = dict(old["rank0"], host_issue=[
+        {"bytes": b, "copy_engine_pieces": bench.ce_pieces(b),
+         "copy_engine_driver_calls": bench.ce_driver_calls(b),
+         "nccl": {"one_call_median_ms": 0.02, "back_to_back_host_ms_per_call": 0.02},
+         "kernel_mode": {"one_call_median_ms": 0.03, "back_to_back_host_ms_per_call": 0.03},
+         "copy_engine_mode": {"one_call_median_ms": 0.30,
+                              "back_to_back_host_ms_per_call": 0.31}}
+        for b in bench.SIZES])
+    doc = bench.document(rank0, old["rank1"], {}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    fig = doc["figures"]
+    assert fig["allreduce_8192000B.copy_engine_host_issue_ms"]["value"] == 0.30
+    assert fig["allreduce_8192000B.copy_engine_host_us_per_driver_call"]["value"] == \
+        pytest.approx(1e3 * 0.27 / 72)
+    ce_ms = old["figures"]["allreduce_8192000B.copy_engine_mode_ms"]["value"]
+    assert fig["allreduce_8192000B.copy_engine_host_fraction_of_call"]["value"] == \
+        pytest.approx(0.30 / ce_ms)
+
+
+def test_prefill_attention_bench_document_validates():
+    bench = script("bench/prefill_attention.py")
+    old = committed("bench_prefill_attention_h200.json")
+    doc = bench.document(old["rows"], old["mma_m16n8k8_ceiling"], {}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    for name, fig in old["figures"].items():
+        assert doc["figures"][name]["value"] == pytest.approx(fig["value"]), name
+
+
+def test_e2e_merge_of_the_committed_runs_validates_and_flags_flat_logits(tmp_path):
+    ab = script("e2e/ab.py")
+    runs = [str(RAW / f) for f in ("call2_e2e1.json", "call3_e2e2.json")]
+    data = ab.merge(runs, tmp_path / "e2e.json")
+    assert results.validate(json.loads((tmp_path / "e2e.json").read_text())) == []
+    old = committed("e2e_seed16_h200x2.json")
+    for key in ("reference.prefill_total_mean_s", "overlap.prefill_change_pct", "noise_floor_pct"):
+        assert data["figures"][key]["value"] == pytest.approx(old["figures"][key]["value"])
+    assert data["machine"]["name"] == "2 x NVIDIA H200"
+    assert data["series"]["commit"] is None  # those runs recorded none
+    greedy = data["summary"]["greedy"]
+    # these boots ran on dummy weights: every gap 0, the run is failed
+    assert greedy["smallest_reference_gap"] == 0.0 and greedy["median_reference_gap"] == 0.0
+    assert greedy["flat_logits"].startswith("median top-2 logit gap 0 < 0.01")
+    assert ab.verdict(data["summary"]) == 1
+    assert "penalty_hidden_pct" not in data["summary"]  # no ceiling boot in these two
+
+
+def boot(arm: str, label: str, total: float, gap: float, profile: dict | None = None) -> dict:
+    names = ["29k-a", "29k-b", "29k-c", "29k-d", "100k"]
+    out = {"arm": arm, "label": label, "p2p": label == "ceiling",
+           "prefill_s": {n: total / 5 for n in names},
+           "decode": {"short": {"ms_per_step": 2.5}},
+           "greedy": {"g18": [1, 2, 3]}, "greedy_margin": {"g18": [gap, gap * 2, gap * 3]},
+           "peak_memory_mib": {"0": 1000},
+           "memory": [{"profile_activation_peak_mib": 900.0, "runtime_activation_peak_mib": 850.0,
+                       "kv_cache_mib": 5000.0, "weights_mib": 6000.0,
+                       "covered_by_profile": True}] * 2}
+    if profile:
+        out["profile"] = profile
+    return out
+
+
+def test_e2e_summary_gaps_memory_and_ideal_overlap_bound(tmp_path):
+    ab = script("e2e/ab.py")
+    arms = [{"name": "reference"}, {"name": "overlap"}]
+    # one 2048-token chunk of a 2-layer model: 4 ms of compute, 1 ms of all-reduce per rank
+    kernels = [{"name": "ampere_fp16_gemm", "us": 3000.0, "count": 8},
+               {"name": "kernel_unified_attention_2d", "us": 1000.0, "count": 2},
+               {"name": "ncclDevKernel_AllReduce_Sum_f16_RING_LL", "us": 1000.0, "count": 4},
+               {"name": "Memcpy HtoD (Pageable -> Device)", "us": 50.0, "count": 3}]
+    prof = {"tokens": 2048, "chunks": 1, "ranks": [kernels, kernels]}
+    boots = [boot("reference", "r1", 20.0, 0.3, prof), boot("overlap", "r1", 19.0, 0.3),
+             boot("overlap", "r2", 19.0, 0.3), boot("reference", "r2", 20.2, 0.3, prof)]
+    s = ab.summarize(boots, arms, layers=2)
+    assert s["greedy"]["median_reference_gap"] == pytest.approx(0.6)
+    assert s["greedy"]["smallest_reference_gap"] == pytest.approx(0.3)
+    assert s["greedy"]["flat_logits"] is None and ab.verdict(s) == 0
+    assert s["arms"]["overlap"]["memory"] == {
+        "profile_activation_peak_mib": 900.0, "runtime_activation_peak_mib": 850.0,
+        "kv_cache_mib": 5000.0, "weights_mib": 6000.0, "covered_by_profile": True}
+    bound = s["ideal_overlap"]
+    assert bound["compute_ms_per_layer_chunk"] == pytest.approx(2.0)
+    assert bound["comm_ms_per_layer_chunk"] == pytest.approx(0.5)
+    chunks = 4 * 15 + 49  # the four ~29k prompts and the 100k one, in 2048-token chunks
+    assert bound["chunks_in_measured_prompts"] == chunks
+    assert bound["ideal_saving_s"] == pytest.approx(0.5e-3 * 2 * chunks)
+    assert bound["fraction_reached"]["overlap"] == pytest.approx(1.1 / (0.5e-3 * 2 * chunks))
+    figs = ab.figures(s)
+    assert figs["overlap.ideal_overlap_fraction_reached"]["unit"] == "fraction"
+    assert figs["overlap.runtime_activation_peak_mib"]["value"] == 850.0
+    doc = ab.document({"summary": s, "boots": boots}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    flat = ab.summarize([boot("reference", "r1", 20.0, 0.001)] * 2, arms, layers=2)
+    assert flat["greedy"]["flat_logits"] and ab.verdict(flat) == 1
+
+
+def test_model_weights_written_at_a_trained_scale(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    models = script("e2e/models.py")
+    cfg = models.config("small", 2, dict(models.SEED, hidden_size=64, intermediate_size=128,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=16, vocab_size=512))
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    record = models.write_weights(d, device="cpu", log=lambda *_: None)
+    from safetensors.torch import load_file
+
+    index = json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]
+    assert index["model.layers.1.mlp.down_proj.weight"] == "layer-001.safetensors"
+    layer = load_file(str(d / "layer-001.safetensors"))
+    assert layer["model.layers.1.self_attn.q_proj.weight"].shape == (64, 64)
+    assert layer["model.layers.1.self_attn.k_norm.weight"].dtype == torch.float16
+    assert torch.all(layer["model.layers.1.input_layernorm.weight"] == 1)
+    assert float(layer["model.layers.1.mlp.up_proj.weight"].float().std()) == pytest.approx(
+        0.02, rel=0.05)
+    assert record["lm_head_std"] == pytest.approx(0.02, rel=0.05)
+    again = models.write_weights(d, device="cpu", log=lambda *_: None)  # written once
+    assert again == record
