@@ -29,12 +29,7 @@ card; the seed's Turing figures are quoted in the output as the seed's.
 from __future__ import annotations
 
 import argparse
-import datetime
-import hashlib
-import json
-import re
 import statistics
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -43,6 +38,9 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit import results  # noqa: E402
+
 # N x K per rank (the seed's shapes, Qwen3.8-27B at TP=2).
 SHAPES = [(17408, 5120), (5120, 8704), (5120, 2560), (8192, 5120)]
 GEMM_M = 2048
@@ -132,7 +130,7 @@ def marlin_layer(weight, scales, global_scale):
 def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]:
     """Marlin, dequantization + cuBLAS, cuBLAS alone and the op at each M of
     the sweep, on one layer's weights."""
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
     from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
         apply_fp4_marlin_linear,
     )
@@ -161,7 +159,7 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
             "op": lambda x=x: torch.ops.vllm.nvfp4_sm7x_linear(
                 x,
                 layer.weight,
-                layer.weight_scale,
+                layer.weight_scale.view(torch.uint8),
                 g,
                 layer.weight_global_scale,
                 layer.workspace,
@@ -200,35 +198,6 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
     return rows
 
 
-def series_from_tree(vllm_root: Path) -> dict:
-    """The results header's series block from the tree this process imports
-    (the overlay on the GPU machine, no git there): the stamps the overlay
-    packer wrote and the git blob id of every file the series' patches touch,
-    hashed as git does (null where the tree does not carry the file)."""
-
-    def stamp(name: str) -> str | None:
-        p = vllm_root / name
-        return p.read_text().strip() if p.exists() else None
-
-    files: dict[str, str | None] = {}
-    for patch in sorted((ROOT / "patches").glob("*.patch")):
-        for path in re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), re.M):
-            f = vllm_root / path
-            if f.is_file():
-                data = f.read_bytes()
-                files[path] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-            else:
-                files.setdefault(path, None)
-    return {
-        "base": f"vllm=={stamp('BASE_VERSION') or '0.26.0'}",
-        "commit": stamp("SERIES_COMMIT"),
-        "tree": stamp("SERIES_TREE"),
-        "files": dict(sorted(files.items())),
-        "files_from": f"git blob ids computed from the files under {vllm_root} "
-        "as imported by the run (null: not in that tree)",
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -237,9 +206,8 @@ def main() -> int:
     a = ap.parse_args()
 
     import triton
-    import vllm
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
     from vllm.model_executor.kernels.linear.nvfp4 import sm7x_dequant  # the op
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as dq
 
     cap = torch.cuda.get_device_capability()
     default_groups = dq.default_groups_per_program(cap)
@@ -264,7 +232,7 @@ def main() -> int:
         layer = marlin_layer(weight, scales, g)
         inputs = {
             "checkpoint": (weight, scales, g),
-            "marlin": (layer.weight.data, layer.weight_scale.data, g, n, k),
+            "marlin": (layer.weight.data, layer.weight_scale.data.view(torch.uint8), g, n, k),
         }
         out = torch.empty(n, k, dtype=torch.float16, device="cuda")
         refs = {}
@@ -342,32 +310,7 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     props = torch.cuda.get_device_properties(0)
-    smi = (
-        subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
-    vllm_root = Path(vllm.__file__).resolve().parents[1]
-    result = {
-        "schema": "vllm-series-results/1",
-        "kind": "bench",
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {
-            "name": props.name,
-            "kind": "nvidia-h200" if "H200" in props.name else props.name,
-            "gpu": props.name,
-            "gpus": 1,
-            "driver": smi[0] if smi else None,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "label": f"{props.name} figure, not a Turing or Volta figure",
-        },
-        "series": series_from_tree(vllm_root),
-        "figures": figures,
+    body = {
         "what": "NVFP4 dequantization to fp16 (patch 0008): bandwidth per shape, layout "
         "and tile against the device-to-device copy; prefill GEMM, dequantization "
         "+ cuBLAS against Marlin",
@@ -386,8 +329,14 @@ def main() -> int:
         "seed_turing": SEED_TURING,
         "op_module": sm7x_dequant.__name__,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    doc = results.document(
+        "bench",
+        body,
+        machine=results.machine(),
+        series=results.current_series(ROOT),
+        figures=figures,
+    )
+    results.write(a.out, doc)
     print(f"wrote {a.out}")
     ok = all(r["bit_identical_to_default_tile"] for r in rows) and all(layouts_agree.values())
     return 0 if ok else 1

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
-import json
 import os
 import platform
 import re
@@ -33,6 +31,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit import results  # noqa: E402
+
 TARGETS = (75, 70)
 KERNELS = {
     "marlin": (
@@ -43,10 +44,11 @@ KERNELS = {
             "g_ptr": "*fp32",
             "out_ptr": "*fp16",
             "size_n": "i32",
+            "size_k": "i32",
             "padded_n": "i32",
             "out_stride": "i32",
         },
-        ("q_ptr", "s_ptr", "out_ptr", "padded_n", "out_stride"),
+        ("q_ptr", "s_ptr", "out_ptr", "size_k", "padded_n", "out_stride"),
     ),
     "checkpoint": (
         "_dequant_checkpoint_kernel",
@@ -55,7 +57,6 @@ KERNELS = {
             "s_ptr": "*u8",
             "g_ptr": "*fp32",
             "out_ptr": "*fp16",
-            "num_groups": "i32",
             "groups_per_row": "i32",
             "q_stride": "i32",
             "s_stride": "i32",
@@ -130,7 +131,6 @@ def compile_one(mod, triton, GPUTarget, layout: str, cc: int, groups: int) -> di
 
 
 def series_header(tree: Path) -> dict:
-    sys.path.insert(0, str(ROOT))
     from serieskit import base, claims, git
 
     pin = base.read_pin(ROOT)
@@ -161,7 +161,7 @@ def main() -> int:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
-    from vllm.model_executor.layers.quantization.utils import nvfp4_sm7x_dequant as mod
+    from vllm.kernels.triton import nvfp4_sm7x_dequant as mod
 
     rows = []
     for layout in KERNELS:
@@ -200,24 +200,19 @@ def main() -> int:
         "sm_75": mod.default_groups_per_program((7, 5)),
         "sm_70": mod.default_groups_per_program((7, 0)),
     }
-    result = {
-        "schema": "vllm-series-results/1",
-        "kind": "static",
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {
-            "name": "CPU (triton.compile for sm_75 / sm_70)",
-            "kind": "cpu",
-            "gpu": None,
-            "gpus": 0,
-            "driver": None,
-            "torch": torch.__version__,
-            "cuda": None,
-            "label": "static sm_75 / sm_70 compile evidence (Triton "
-            f"{triton.__version__}, its bundled ptxas), not a measurement "
-            "and not a Turing or Volta figure",
-        },
-        "series": series_header(a.tree),
-        "figures": figures,
+    machine = {
+        "name": "CPU (triton.compile for sm_75 / sm_70)",
+        "kind": "cpu",
+        "gpu": None,
+        "gpus": 0,
+        "driver": None,
+        "torch": torch.__version__,
+        "cuda": None,
+        "label": "static sm_75 / sm_70 compile evidence (Triton "
+        f"{triton.__version__}, its bundled ptxas), not a measurement "
+        "and not a Turing or Volta figure",
+    }
+    body = {
         "what": "NVFP4 dequantization to fp16 (patch 0008, nvfp4_sm7x_dequant.py): "
         "registers and spills per layout, target and tile",
         "triton": triton.__version__,
@@ -234,8 +229,10 @@ def main() -> int:
         },
         "rows": rows,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    doc = results.document(
+        "static", body, machine=machine, series=series_header(a.tree), figures=figures
+    )
+    results.write(a.out, doc)
     print(f"wrote {a.out}")
     return 0
 
