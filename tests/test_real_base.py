@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, quiet
-from serieskit import base, git, rebase, series, status
+from serieskit import base, git, pr, rebase, series, status, target
 from serieskit.errors import ToolkitError
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
@@ -61,6 +61,27 @@ def test_series_plus_fixture_round_trips_byte_for_byte(tmp_path):
     series.apply(root, log=quiet)
     assert series.export(root, log=quiet) == []
     assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == before
+
+
+def test_every_pr_group_of_the_series_applies_alone(tmp_path):
+    """Each [[pr]] of the manifest builds on its base: the lower PR's commits,
+    then its own, taken out of the interleaved series (0006 after 0003-0005)."""
+    pytest.importorskip("git")  # GitPython, as the pr session installs it
+    root = make_root(tmp_path, None, [])
+    shutil.copy(REPO_ROOT / "patches" / "manifest.toml", root / "patches" / "manifest.toml")
+    series.apply(root, log=quiet)
+    groups = pr.read_groups(root)
+    built = pr.build_branches(
+        target.pin(root),
+        series.work_repo(root),
+        groups,
+        "Example Contributor <contributor@example.com>",
+        None,
+        log=quiet,
+    )
+    assert {name: b.problems for name, b in built.items()} == {g.name: [] for g in groups}
+    for g in groups:
+        assert len(built[g.name].own) == len(g.patches), g.name
 
 
 def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
