@@ -103,7 +103,14 @@ def main() -> int:
             kind="tests",
             body=body,
             figures=figures,
-            test_files={"gpu/smoke.py": {"passed": passed, "failed": len(log) - passed}},
+            test_files={
+                "gpu/smoke.py": {
+                    "passed": passed,
+                    "failed": len(log) - passed,
+                    "skipped": 0,
+                    "errors": 0,
+                }
+            },
             machine=results.machine(),
             series=results.current_series(ROOT),
         )

@@ -62,6 +62,10 @@ GPU_WHEELS = (
     "astor",
     "dill",
     "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
+    # vLLM 0.33.0's model loader imports it for every model; on 0.26.0 the
+    # NVFP4 compressed-tensors tests need it.
+    "compressed-tensors==0.17.0",
+    "loguru",
 )
 GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64",
@@ -91,7 +95,7 @@ RUN_PIECE = 56 * 2**20
 
 def _split_for_runs(xz: Path, out: Path) -> None:
     """Cut the compressed core module into pieces that one run each carries:
-    ``NAME.xz.0`` in part1, ``NAME.xz.1`` in part1-2, ...; stage2 joins them
+    ``NAME.xz.00`` in part1, ``NAME.xz.01`` in part1-2, ...; stage2 joins them
     in order. One piece keeps its name."""
     if xz.stat().st_size <= RUN_PIECE:
         return
@@ -100,7 +104,7 @@ def _split_for_runs(xz: Path, out: Path) -> None:
         while chunk := src.read(RUN_PIECE):
             folder = out / ("part1" if i == 0 else f"part1-{i + 1}")
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{xz.name}.{i}").write_bytes(chunk)
+            (folder / f"{xz.name}.{i:02d}").write_bytes(chunk)
             i += 1
     xz.unlink()
 
