@@ -15,6 +15,7 @@ there.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
@@ -210,6 +211,39 @@ def pack_gpu(
     )
 
 
+def test_helpers(tree: Path, tests: list[str]) -> list[str]:
+    """The upstream test modules the series' test files import (``from
+    tests.x import ...``, at any depth), with the packages on their way:
+    the GPU machine's tree has no other tests."""
+    found: set[str] = set()
+    todo = list(tests)
+    while todo:
+        path = tree / todo.pop()
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "tests":
+                    continue
+                module = "/".join(parts) + ".py"
+                if (tree / module).is_file() and module not in found and module not in tests:
+                    found.add(module)
+                    todo.append(module)
+                for i in range(1, len(parts)):
+                    init = "/".join(parts[:i]) + "/__init__.py"
+                    if (tree / init).is_file():
+                        found.add(init)
+    return sorted(found)
+
+
 def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     """``nox -s overlay``: overlays/vllm-VERSION from the target's work tree
     (with the built module where there is one); ``gpu`` also packs the GPU
@@ -220,7 +254,8 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     build_overlay(tree, t.root / "overlays" / f"vllm-{t.version}", module, log=log)
     if gpu:
         head = State.load(t).head or "?"
-        extra = ["csrc/sm7x", *series.test_files(t)]
+        tests = series.test_files(t)
+        extra = ["csrc/sm7x", *tests, *test_helpers(tree, tests)]
         block = claims.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(

@@ -154,3 +154,29 @@ def test_core_module_that_fits_keeps_its_name(tmp_path):
     overlay._split_for_runs(xz, tmp_path)
     assert xz.read_bytes() == b"x" * 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part1"]
+
+
+def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
+    # The GPU machine's tree holds only what is packed: an upstream helper
+    # module a series test imports (and what that imports) goes along, with
+    # the packages on its way; vllm imports and missing modules do not.
+    for name, text in {
+        "tests/__init__.py": "",
+        "tests/v1/__init__.py": "",
+        "tests/v1/worker/__init__.py": "",
+        "tests/v1/worker/test_ours.py": (
+            "import vllm\ndef test():\n    from tests.v1.worker.helper import f\n"
+        ),
+        "tests/v1/worker/helper.py": "from tests.v1.attention.utils import g\nimport tests.gone\n",
+        "tests/v1/attention/utils.py": "import torch\n",
+        "tests/v1/worker/unrelated.py": "",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert overlay.test_helpers(tmp_path, ["tests/v1/worker/test_ours.py"]) == [
+        "tests/__init__.py",
+        "tests/v1/__init__.py",
+        "tests/v1/attention/utils.py",
+        "tests/v1/worker/__init__.py",
+        "tests/v1/worker/helper.py",
+    ]
