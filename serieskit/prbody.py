@@ -113,15 +113,22 @@ def _claims(checked: list[claims.Checked]) -> str:
     return "Figures (each read from the results file named beside it):\n\n" + text
 
 
-def _results(root: Path) -> list[tuple[str, dict]]:
+def _results(root: Path, base_label: str | None = None) -> list[tuple[str, dict]]:
+    """The results files; with ``base_label``, only the runs of a series on
+    that base (``series.base`` ``vllm==<base_label>``): a port's runs on
+    another release are not evidence for this pull request's branch."""
     out = []
     for f in sorted((root / "results").glob("*.json")):
         try:
             data = json.loads(f.read_text())
         except json.JSONDecodeError:
             continue
-        if data.get("schema") == claims.SCHEMA:
-            out.append((f"results/{f.name}", data))
+        if data.get("schema") != claims.SCHEMA:
+            continue
+        ran_on = (data.get("series") or {}).get("base")
+        if base_label and ran_on not in (f"vllm=={base_label}", base_label):
+            continue
+        out.append((f"results/{f.name}", data))
     return out
 
 
@@ -163,7 +170,7 @@ def _test_plan(root: Path, g, base_label: str) -> str:
         + ["```"]
     )
     runs: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for name, data in _results(root):
+    for name, data in _results(root, base_label):
         hit = [f for f in data.get("test_files", {}) if f in files]
         if data["kind"] == "tests" and hit:
             cmds = data.get("commands") or (
@@ -187,7 +194,7 @@ def _test_plan(root: Path, g, base_label: str) -> str:
     return "\n".join(lines)
 
 
-def _test_results(root: Path, g) -> str:
+def _test_results(root: Path, g, base_label: str | None = None) -> str:
     files = _test_files(root, g)
     rows = []
     for f in files:
@@ -203,7 +210,7 @@ def _test_results(root: Path, g) -> str:
                     "`.work/test-results` (nox -s test)",
                 ]
             )
-        for name, data in _results(root):
+        for name, data in _results(root, base_label):
             c = data.get("test_files", {}).get(f)
             if data["kind"] == "tests" and c:
                 commit = (data["series"].get("commit") or "?")[:12]
@@ -566,7 +573,7 @@ def render(
         ),
         "claims": _claims(checked),
         "test_plan": _test_plan(root, g, base_label),
-        "test_results": _test_results(root, g),
+        "test_results": _test_results(root, g, base_label),
         "ab": _ab(root, g),
         "coverage": _coverage(
             g,

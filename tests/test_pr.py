@@ -240,6 +240,28 @@ def test_body_follows_the_target_tree_template(proot):
         assert "0.598 ms" in claims_part
 
 
+def test_test_results_come_from_runs_on_the_pr_s_base(proot):
+    """A port's run on another release is not evidence for this branch."""
+    for name, ran_on, passed in (("ours", "vllm==0.0.2", 7), ("port", "vllm==9.9.9", 5)):
+        data = {
+            "schema": claims.SCHEMA,
+            "kind": "tests",
+            "date": "2026-12-01",
+            "machine": {"name": f"{name} machine", "label": "H200 figure"},
+            "series": {"base": ran_on, "commit": None, "tree": None, "files": {}},
+            "test_files": {
+                "tests/test_a.py": {"passed": passed, "failed": 0, "skipped": 0, "errors": 0}
+            },
+            "command": f"pytest on {name}",
+            "figures": {},
+        }
+        (proot / f"results/tests_{name}.json").write_text(json.dumps(data))
+    run(proot)
+    body = (proot / ".work/pr/host/body.md").read_text()
+    assert "`results/tests_ours.json`" in body and "pytest on ours" in body
+    assert "tests_port" not in body and "pytest on port" not in body
+
+
 def test_stale_missing_and_wrong_claims_fail_check(proot):
     repo = series.work_repo(proot)
     head = gitpython.Repo(repo).commit("HEAD")
