@@ -72,8 +72,8 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
 
 def cmd_carry(args: argparse.Namespace, t: Target) -> None:
     carry.session(target.pin(t.root), target.port(t.root, args.version),
-                  check_only=args.check, record_only=args.record, cont_=args.cont,
-                  abort_=args.abort, force=args.force)
+                  check_only=args.check, record_only=args.record is not None,
+                  record_rev=args.record, cont_=args.cont, abort_=args.abort, force=args.force)
 
 
 def cmd_build(args: argparse.Namespace, t: Target) -> None:
@@ -161,8 +161,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--check", action="store_true",
                    help="fail when the port lacks a change of the pin's series, or its "
                         f"{carry.KERNELS}/ differs from the pin's")
-    c.add_argument("--record", action="store_true",
-                   help="record the pin's current patches as carried (a port made from them)")
+    c.add_argument("--record", nargs="?", const="", metavar="REV",
+                   help="record the pin's patches, as they are or as they were at the "
+                        "toolkit's commit REV, as carried (the series the port was made from)")
     c.add_argument("--continue", dest="cont", action="store_true",
                    help="go on after resolving a conflict")
     c.add_argument("--abort", action="store_true", help="give up; the port back to before")
