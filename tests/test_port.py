@@ -507,3 +507,30 @@ def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeyp
     assert (dest / "_sm7x_C.abi3.so").read_text() == "module"
     assert "return 100\n" in (dest / "utils.py").read_text()
     assert cli.port_of(["--port", PORT]) == PORT == cli.port_of([f"--port={PORT}"])
+
+
+def test_record_from_an_older_commit_then_carry_what_changed_since(pinport):
+    """A port made from an older pin series: recorded as of that commit of the
+    toolkit, the pin's changes since then are what the carry brings."""
+    pin, port = pinport
+    git.git(pin.root, "add", "-A")
+    git.git(
+        pin.root,
+        "commit",
+        "-q",
+        "-m",
+        "series",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
+    )
+    made_from = git.rev(pin.root, "HEAD")
+    assert made_from
+    write_series(pin, pin_patches(f0(101)))
+    (port.patches / carry.CARRIED).unlink()
+    lines: list[str] = []
+    carry.record(pin, port, rev=made_from, log=lines.append)
+    assert f"as they were at {made_from}" in lines[-1]
+    with pytest.raises(ToolkitError, match="f0 .* changed since it was last carried"):
+        carry.check(pin, port, log=quiet)
+    carry.start(pin, port, log=quiet)
+    assert "return 101\n" in (port.work / F0).read_text()
+    carry.check(pin, port, log=quiet)
