@@ -153,7 +153,22 @@ def read_pending(port: Target) -> dict[str, dict[str, str]]:
     return table
 
 
-def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
+_PENDING_HEADER = [
+    "# Changes of the pin's series this port knowingly lacks (`carry --check`",
+    "# reports them; each names the pin's patch as it is now, so a later change",
+    "# of that patch fails CI again). A carry or --record that takes that",
+    "# version of the patch drops its entry.",
+    "[pending]",
+]
+
+
+def write_carried(port: Target, carried: dict[str, dict[str, str]], log=print) -> None:
+    """Write [carried]; keep the [pending] entries that it does not settle
+    (those whose patch-id it records are carried now, and are dropped)."""
+    pending = read_pending(port)
+    settled = [n for n, v in pending.items() if carried.get(n, {}).get("patch_id") == v["patch_id"]]
+    for name in settled:
+        log(f"carry: [pending] {name} is carried now; its entry is dropped")
     lines = [
         "# The pin's patches as this port last took them (written by `nox -s carry`):",
         "# per Patch-Name, the patch-id of the pin's patch (`git patch-id --stable`:",
@@ -165,6 +180,17 @@ def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
             for name, v in carried.items()
         ),
     ]
+    left = {n: v for n, v in pending.items() if n not in settled}
+    if left:
+        lines += [
+            "",
+            *_PENDING_HEADER,
+            *(
+                f'{json.dumps(name)} = {{ patch_id = "{v["patch_id"]}", why = '
+                f"{json.dumps(v['why'])} }}"
+                for name, v in left.items()
+            ),
+        ]
     (port.patches / CARRIED).write_text("\n".join(lines) + "\n")
 
 
@@ -337,7 +363,7 @@ def record(pin: Target, port: Target, rev: str | None = None, log=print) -> None
             f"(`nox -s carry -- {port.version}` brings new ones)"
         )
     _keep_blobs(pin)
-    write_carried(port, {p.name: p.record() for p in pins})
+    write_carried(port, {p.name: p.record() for p in pins}, log)
     log(
         f"carry --record: {port.patches_label}/{CARRIED} now says the port has the pin's "
         f"{len(pins)} patch(es) as they are now"
@@ -581,7 +607,7 @@ def finish(port: Target, log=print) -> None:
     state.save(port)
     backup = safety.backup_ref(repo, rb.old_head, "carry")
     series.export(port, log=log)
-    write_carried(port, rb.carried)
+    write_carried(port, rb.carried, log)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
     log(
         f"carry: done; {port.patches_label}/ and {CARRIED} written (the port before the "

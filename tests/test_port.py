@@ -280,6 +280,25 @@ def test_check_reports_a_declared_pending_change_and_fails_once_it_moves_on(pinp
         carry.check(pin, port, log=quiet)
 
 
+def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinport):
+    """The carry records the pin's patch as it is now: a [pending] entry for that
+    version is settled and dropped; one that names another version stays."""
+    pin, port = pinport
+    write_series(pin, pin_patches(f0(101)))
+    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry.CARRIED
+    carried.write_text(
+        carried.read_text()
+        + f'\n[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n'
+        + '"gone" = { patch_id = "0123", why = "a \\"quoted\\" reason" }\n'
+    )
+    lines: list[str] = []
+    carry.start(pin, port, log=lines.append)
+    assert "carry: [pending] f0 is carried now; its entry is dropped" in lines
+    assert carry.read_carried(port)["f0"]["patch_id"] == pid
+    assert carry.read_pending(port) == {"gone": {"patch_id": "0123", "why": 'a "quoted" reason'}}
+
+
 def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
     """A patch-id is of the diff's content: a change of an earlier patch that
     only moves this one's lines (or a new subject) is nothing to carry."""
