@@ -162,11 +162,19 @@ _PENDING_HEADER = [
 ]
 
 
-def write_carried(port: Target, carried: dict[str, dict[str, str]], log=print) -> None:
-    """Write [carried]; keep the [pending] entries that it does not settle
-    (those whose patch-id it records are carried now, and are dropped)."""
+def write_carried(
+    port: Target, carried: dict[str, dict[str, str]], log=print, *, current: bool = True
+) -> None:
+    """Write [carried]; keep the [pending] entries that it does not settle.
+    ``current``: ``carried`` holds the pin's patches as they are now, which
+    settles every entry of a patch it records (one declared for an older
+    version of it too); otherwise only entries of the version it records."""
     pending = read_pending(port)
-    settled = [n for n, v in pending.items() if carried.get(n, {}).get("patch_id") == v["patch_id"]]
+    settled = [
+        n
+        for n, v in pending.items()
+        if n in carried and (current or carried[n]["patch_id"] == v["patch_id"])
+    ]
     for name in settled:
         log(f"carry: [pending] {name} is carried now; its entry is dropped")
     lines = [
@@ -342,7 +350,9 @@ def _kernel_files(t: Target) -> dict[str, str]:
 # --- --record ------------------------------------------------------------------
 
 
-def record(pin: Target, port: Target, rev: str | None = None, log=print) -> None:
+def record(
+    pin: Target, port: Target, rev: str | None = None, log=print, *, current: bool = True
+) -> None:
     """Take the pin's patches as they are now (or as they were at the toolkit's
     commit ``rev``, the series the port was made from) as carried, without
     touching the port: for a port just made by a rebase or by hand."""
@@ -352,6 +362,7 @@ def record(pin: Target, port: Target, rev: str | None = None, log=print) -> None
                 _pin_at(pin, rev, Path(tmp)),
                 port,
                 log=lambda line: log(line.replace("as they are now", f"as they were at {rev}")),
+                current=False,
             )
         return
     pins = pin_patches(pin)
@@ -363,7 +374,7 @@ def record(pin: Target, port: Target, rev: str | None = None, log=print) -> None
             f"(`nox -s carry -- {port.version}` brings new ones)"
         )
     _keep_blobs(pin)
-    write_carried(port, {p.name: p.record() for p in pins}, log)
+    write_carried(port, {p.name: p.record() for p in pins}, log, current=current)
     log(
         f"carry --record: {port.patches_label}/{CARRIED} now says the port has the pin's "
         f"{len(pins)} patch(es) as they are now"

@@ -281,15 +281,16 @@ def test_check_reports_a_declared_pending_change_and_fails_once_it_moves_on(pinp
 
 
 def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinport):
-    """The carry records the pin's patch as it is now: a [pending] entry for that
-    version is settled and dropped; one that names another version stays."""
+    """A carry records the pin's patches as they are now: it settles every
+    [pending] entry of a patch it carries (also one declared for an older
+    version of it) and keeps the others."""
     pin, port = pinport
     write_series(pin, pin_patches(f0(101)))
     pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
     carried = port.patches / carry.CARRIED
     carried.write_text(
         carried.read_text()
-        + f'\n[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n'
+        + '\n[pending]\n"f0" = { patch_id = "00aa", why = "an older version" }\n'
         + '"gone" = { patch_id = "0123", why = "a \\"quoted\\" reason" }\n'
     )
     lines: list[str] = []
@@ -297,6 +298,29 @@ def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinpo
     assert "carry: [pending] f0 is carried now; its entry is dropped" in lines
     assert carry.read_carried(port)["f0"]["patch_id"] == pid
     assert carry.read_pending(port) == {"gone": {"patch_id": "0123", "why": 'a "quoted" reason'}}
+
+
+def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pinport):
+    pin, port = pinport
+    git.git(pin.root, "add", "-A")
+    git.git(
+        pin.root,
+        "commit",
+        "-q",
+        "-m",
+        "series",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
+    )
+    made_from = git.rev(pin.root, "HEAD")
+    assert made_from
+    write_series(pin, pin_patches(f0(101)))
+    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry.CARRIED
+    carried.write_text(f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
+    carry.record(pin, port, rev=made_from, log=quiet)
+    assert carry.read_pending(port) == {"f0": {"patch_id": pid, "why": "not yet"}}
+    carry.record(pin, port, log=quiet)
+    assert carry.read_pending(port) == {}
 
 
 def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
