@@ -210,7 +210,11 @@ def main() -> int:
     from vllm.model_executor.kernels.linear.nvfp4 import sm7x_dequant  # the op
 
     cap = torch.cuda.get_device_capability()
-    default_groups = dq.default_groups_per_program(cap)
+    # This device's default tile per layout (the Marlin layout's may differ).
+    default_of = {
+        layout: dq.default_groups_per_program(cap, marlin=layout == "marlin")
+        for layout in ("checkpoint", "marlin")
+    }
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     copy = copy_bandwidth(a.reps)
     print(f"device-to-device copy: {copy['gbps']:.0f} GB/s (read + write)", flush=True)
@@ -241,6 +245,7 @@ def main() -> int:
             launch = (
                 dq.nvfp4_dequant_checkpoint if layout == "checkpoint" else (dq.nvfp4_dequant_marlin)
             )
+            default_groups = default_of[layout]
             launch(*args, out=out, groups=default_groups)
             ref = refs[layout] = out.clone()
             for groups in dq.GROUPS_PER_PROGRAM_CHOICES:
@@ -294,7 +299,9 @@ def main() -> int:
             torch.equal(refs["checkpoint"].view(torch.int16), refs["marlin"].view(torch.int16))
         )
         # GEMMs on the same weights: dequantization + cuBLAS against Marlin.
-        gemm_rows += gemm_sweep(layer, inputs["marlin"], out, default_groups, a, flush, figures)
+        gemm_rows += gemm_sweep(
+            layer, inputs["marlin"], out, default_of["marlin"], a, flush, figures
+        )
         faster = [
             r["m"]
             for r in gemm_rows
@@ -317,7 +324,7 @@ def main() -> int:
         "triton": triton.__version__,
         "capability": list(cap),
         "sm_count": props.multi_processor_count,
-        "default_groups_per_program": default_groups,
+        "default_groups_per_program": default_of,
         "goal": "fraction_of_copy_bandwidth >= 0.8 at the default tile",
         "timing": "CUDA events around single launches, median of reps after warm-up, "
         "L2 flushed (256 MiB written) before each; bytes: codes + scales read, "

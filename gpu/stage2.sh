@@ -14,7 +14,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/site
 # vLLM reads its own version from its package metadata.
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$root/site/vllm-$version.dist-info/METADATA"
 tar xzf "$part2/overlay.tgz" -C "$root/src"
-xz -dc /tmp/keep/_C_stable_libtorch.abi3.so.xz > "$root/src/vllm/_C_stable_libtorch.abi3.so"
+cat /tmp/keep/_C_stable_libtorch.abi3.so.xz* | xz -dc > "$root/src/vllm/_C_stable_libtorch.abi3.so"
 xz -dc "$part2/fa.tar.xz" | tar xf - -C "$root/src"
 export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"

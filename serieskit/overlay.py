@@ -6,13 +6,16 @@ same version: the way the seed ran its A/B without a full rebuild.
 
 ``pack_gpu`` prepares the two loads for a GPU machine that has torch but no
 network and takes at most 64 MiB per run: part1 is the wheel's compiled core
-module (it must arrive in a first run and wait in /tmp), part2 the rest (the
-overlay, the FA3 package vLLM's model inspection imports, and the wheels that
-machine lacks). ``gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
+module (it must arrive in a first run and wait in /tmp; where it is larger
+than one run takes, in pieces: part1, part1-2, ..., one run each), part2 the
+rest (the overlay, the FA3 package vLLM's model inspection imports, and the
+wheels that machine lacks). ``gpu/stage1.sh`` and ``stage2.sh`` unpack them
+there.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
@@ -60,6 +63,10 @@ GPU_WHEELS = (
     "astor",
     "dill",
     "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
+    # vLLM 0.33.0's model loader imports it for every model; on 0.26.0 the
+    # NVFP4 compressed-tensors tests need it.
+    "compressed-tensors==0.17.0",
+    "loguru",
 )
 GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64",
@@ -83,6 +90,26 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
     return out
 
 
+# What one run may carry beside the working tree (a run takes 64 MiB in all).
+RUN_PIECE = 56 * 2**20
+
+
+def _split_for_runs(xz: Path, out: Path) -> None:
+    """Cut the compressed core module into pieces that one run each carries:
+    ``NAME.xz.00`` in part1, ``NAME.xz.01`` in part1-2, ...; stage2 joins them
+    in order. One piece keeps its name."""
+    if xz.stat().st_size <= RUN_PIECE:
+        return
+    with xz.open("rb") as src:
+        i = 0
+        while chunk := src.read(RUN_PIECE):
+            folder = out / ("part1" if i == 0 else f"part1-{i + 1}")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{xz.name}.{i:02d}").write_bytes(chunk)
+            i += 1
+    xz.unlink()
+
+
 def pack_gpu(
     tree: Path,
     out: Path,
@@ -98,17 +125,17 @@ def pack_gpu(
     p1, p2 = out / "part1", out / "part2"
     source = p1 / "SOURCE"
     fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
-    for d in (p1, p2) if fresh else (p2,):
+    for d in (*out.glob("part1-*"), p1, p2) if fresh else (p2,):
         shutil.rmtree(d, ignore_errors=True)
+    for d in (p1, p2) if fresh else (p2,):
         d.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as z:
         if fresh:  # part1 depends on the wheel alone: made once
             log(f"gpu: compressing {CORE} (about a minute)")
-            with (
-                z.open(CORE) as src,
-                lzma.open(p1 / (Path(CORE).name + ".xz"), "wb", preset=6) as dst,
-            ):
+            xz = p1 / (Path(CORE).name + ".xz")
+            with z.open(CORE) as src, lzma.open(xz, "wb", preset=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+            _split_for_runs(xz, out)
             source.write_text(wheel_sha + "\n")
         with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
             for info in z.infolist():
@@ -170,7 +197,7 @@ def pack_gpu(
     )
     if proc.returncode != 0:
         raise failed("gpu: downloading the wheels the GPU image lacks", proc)
-    for part in (p1, p2):
+    for part in (*sorted(out.glob("part1*")), p2):
         size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
         if size > 60 * 2**20:
@@ -184,6 +211,39 @@ def pack_gpu(
     )
 
 
+def test_helpers(tree: Path, tests: list[str]) -> list[str]:
+    """The upstream test modules the series' test files import (``from
+    tests.x import ...``, at any depth), with the packages on their way:
+    the GPU machine's tree has no other tests."""
+    found: set[str] = set()
+    todo = list(tests)
+    while todo:
+        path = tree / todo.pop()
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "tests":
+                    continue
+                module = "/".join(parts) + ".py"
+                if (tree / module).is_file() and module not in found and module not in tests:
+                    found.add(module)
+                    todo.append(module)
+                for i in range(1, len(parts)):
+                    init = "/".join(parts[:i]) + "/__init__.py"
+                    if (tree / init).is_file():
+                        found.add(init)
+    return sorted(found)
+
+
 def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     """``nox -s overlay``: overlays/vllm-VERSION from the target's work tree
     (with the built module where there is one); ``gpu`` also packs the GPU
@@ -194,7 +254,8 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     build_overlay(tree, t.root / "overlays" / f"vllm-{t.version}", module, log=log)
     if gpu:
         head = State.load(t).head or "?"
-        extra = ["csrc/sm7x", *series.test_files(t)]
+        tests = series.test_files(t)
+        extra = ["csrc/sm7x", *tests, *test_helpers(tree, tests)]
         block = claims.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(

@@ -129,3 +129,54 @@ def test_a_load_over_the_limit_is_refused(tmp_path, cache, no_pip):
     add_wheel(cache, "9.1.0", b"core")
     with pytest.raises(ToolkitError, match="over what one run takes"):
         overlay.pack_gpu(tree, tmp_path / "gpu", "9.1.0", "a", log=lambda *a: None)
+
+
+def test_core_module_in_pieces_that_each_fit_a_run(tmp_path, monkeypatch):
+    # Larger than one run takes: cut in order over part1, part1-2, ...; the
+    # pieces joined in name order are the module again (stage2.sh's cat).
+    monkeypatch.setattr(overlay, "RUN_PIECE", 1000)
+    (tmp_path / "part1").mkdir()
+    xz = tmp_path / "part1" / "core.so.xz"
+    data = bytes(range(256)) * 10  # 2560 bytes: three pieces
+    xz.write_bytes(data)
+    overlay._split_for_runs(xz, tmp_path)
+    pieces = sorted(tmp_path.glob("part1*/core.so.xz.*"), key=lambda p: p.name)
+    assert [p.parent.name for p in pieces] == ["part1", "part1-2", "part1-3"]
+    assert all(p.stat().st_size <= 1000 for p in pieces)
+    assert b"".join(p.read_bytes() for p in pieces) == data
+    assert not xz.exists()
+
+
+def test_core_module_that_fits_keeps_its_name(tmp_path):
+    (tmp_path / "part1").mkdir()
+    xz = tmp_path / "part1" / "core.so.xz"
+    xz.write_bytes(b"x" * 100)
+    overlay._split_for_runs(xz, tmp_path)
+    assert xz.read_bytes() == b"x" * 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part1"]
+
+
+def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
+    # The GPU machine's tree holds only what is packed: an upstream helper
+    # module a series test imports (and what that imports) goes along, with
+    # the packages on its way; vllm imports and missing modules do not.
+    for name, text in {
+        "tests/__init__.py": "",
+        "tests/v1/__init__.py": "",
+        "tests/v1/worker/__init__.py": "",
+        "tests/v1/worker/test_ours.py": (
+            "import vllm\ndef test():\n    from tests.v1.worker.helper import f\n"
+        ),
+        "tests/v1/worker/helper.py": "from tests.v1.attention.utils import g\nimport tests.gone\n",
+        "tests/v1/attention/utils.py": "import torch\n",
+        "tests/v1/worker/unrelated.py": "",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert overlay.test_helpers(tmp_path, ["tests/v1/worker/test_ours.py"]) == [
+        "tests/__init__.py",
+        "tests/v1/__init__.py",
+        "tests/v1/attention/utils.py",
+        "tests/v1/worker/__init__.py",
+        "tests/v1/worker/helper.py",
+    ]
