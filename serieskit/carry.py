@@ -13,13 +13,15 @@ carry finds that text again in the toolkit's history.
 
 A carry, in the port's work tree:
 
-1. the pin's side, in a throwaway worktree: the pin's base and its current
-   patches in order; at a patch that changed, the patch as last carried (A)
-   and as it is now (B) on the same parent, so B - A is the change alone
-   (its interdiff), as a commit;
+1. the pin's side, in a throwaway worktree: the pin's base with its patches
+   as last carried (the old chain) and as they are now (the new chain); for a
+   changed patch, a commit from the old chain at that patch (A) to the new
+   chain there (B);
 2. the port's commits replayed with ``git rebase -i``: after the port's
    commit of each changed patch a ``fixup`` of that commit (a three-way merge:
-   base A, ours the port's patch, theirs B), with git rerere and the port's
+   base A, ours the port's series so far, theirs B: the patch's change, and
+   the earlier patches' changes, already in the port, on both sides), with
+   git rerere and the port's
    recorded resolutions (``ports/VERSION/resolutions/``). A patch new in the
    pin is picked after the port's commit of the patch before it; one the pin
    dropped is dropped;
@@ -35,11 +37,14 @@ kernels' GPU evidence, measured on the pin, holds for the port only so).
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import shutil
+import tarfile
+import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serieskit import base, git, rebase, safety, series
@@ -148,7 +153,30 @@ def read_pending(port: Target) -> dict[str, dict[str, str]]:
     return table
 
 
-def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
+_PENDING_HEADER = [
+    "# Changes of the pin's series this port knowingly lacks (`carry --check`",
+    "# reports them; each names the pin's patch as it is now, so a later change",
+    "# of that patch fails CI again). A carry or --record that takes that",
+    "# version of the patch drops its entry.",
+    "[pending]",
+]
+
+
+def write_carried(
+    port: Target, carried: dict[str, dict[str, str]], log=print, *, current: bool = True
+) -> None:
+    """Write [carried]; keep the [pending] entries that it does not settle.
+    ``current``: ``carried`` holds the pin's patches as they are now, which
+    settles every entry of a patch it records (one declared for an older
+    version of it too); otherwise only entries of the version it records."""
+    pending = read_pending(port)
+    settled = [
+        n
+        for n, v in pending.items()
+        if n in carried and (current or carried[n]["patch_id"] == v["patch_id"])
+    ]
+    for name in settled:
+        log(f"carry: [pending] {name} is carried now; its entry is dropped")
     lines = [
         "# The pin's patches as this port last took them (written by `nox -s carry`):",
         "# per Patch-Name, the patch-id of the pin's patch (`git patch-id --stable`:",
@@ -160,6 +188,17 @@ def write_carried(port: Target, carried: dict[str, dict[str, str]]) -> None:
             for name, v in carried.items()
         ),
     ]
+    left = {n: v for n, v in pending.items() if n not in settled}
+    if left:
+        lines += [
+            "",
+            *_PENDING_HEADER,
+            *(
+                f'{json.dumps(name)} = {{ patch_id = "{v["patch_id"]}", why = '
+                f"{json.dumps(v['why'])} }}"
+                for name, v in left.items()
+            ),
+        ]
     (port.patches / CARRIED).write_text("\n".join(lines) + "\n")
 
 
@@ -311,9 +350,21 @@ def _kernel_files(t: Target) -> dict[str, str]:
 # --- --record ------------------------------------------------------------------
 
 
-def record(pin: Target, port: Target, log=print) -> None:
-    """Take the pin's patches as they are now as carried (a port just made
-    from this series, by a rebase or by hand), without touching the port."""
+def record(
+    pin: Target, port: Target, rev: str | None = None, log=print, *, current: bool = True
+) -> None:
+    """Take the pin's patches as they are now (or as they were at the toolkit's
+    commit ``rev``, the series the port was made from) as carried, without
+    touching the port: for a port just made by a rebase or by hand."""
+    if rev:
+        with tempfile.TemporaryDirectory() as tmp:
+            record(
+                _pin_at(pin, rev, Path(tmp)),
+                port,
+                log=lambda line: log(line.replace("as they are now", f"as they were at {rev}")),
+                current=False,
+            )
+        return
     pins = pin_patches(pin)
     missing = [p.name for p in pins if p.name not in port_names(port)]
     if missing:
@@ -323,11 +374,22 @@ def record(pin: Target, port: Target, log=print) -> None:
             f"(`nox -s carry -- {port.version}` brings new ones)"
         )
     _keep_blobs(pin)
-    write_carried(port, {p.name: p.record() for p in pins})
+    write_carried(port, {p.name: p.record() for p in pins}, log, current=current)
     log(
         f"carry --record: {port.patches_label}/{CARRIED} now says the port has the pin's "
         f"{len(pins)} patch(es) as they are now"
     )
+
+
+def _pin_at(pin: Target, rev: str, tmp: Path) -> Target:
+    """The pin's patch folder as it was at ``rev`` of the toolkit's history."""
+    label = pin.patches_label
+    proc = git.run(pin.root, "archive", "--format=tar", rev, "--", label)
+    if proc.returncode != 0:
+        raise failed(f"reading {label}/ at {rev}", proc)
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        tar.extractall(tmp, filter="data")
+    return replace(pin, root=tmp, patches=tmp / label)
 
 
 def _keep_blobs(pin: Target) -> None:
@@ -455,9 +517,14 @@ def _pin_side(
     log,
 ) -> dict[str, str]:
     """The commits to carry, made in a throwaway worktree of the port's
-    repository: {name: the interdiff commit (parent A, tree B)} for changed
-    patches, {name: the pin's commit} for new ones."""
+    repository from two chains on the pin's base: the patches as last carried
+    (old) and as they are now (new). For a changed patch, a commit whose
+    parent is the old chain at that patch and whose tree is the new chain's
+    there: replayed onto the port after that patch, its three-way merge brings
+    this patch's change (the earlier patches' changes, carried already, are on
+    both sides). For a new patch, its commit in the new chain."""
     wanted = {x.name for x in p.changed} | {x.name for x in p.new}
+    last = max(i for i, x in enumerate(pins) if x.name in wanted)
     work = port.out("carry")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -465,28 +532,25 @@ def _pin_side(
     git.git(port.work, "worktree", "add", "-q", "--detach", str(tree), pin_base)
     steps: dict[str, str] = {}
     try:
-        for x in pins:
-            if not wanted - set(steps):
-                break
-            parent = git.rev(tree, "HEAD")
-            assert parent
+        old_chain: dict[str, str] = {}
+        for x in pins[: last + 1]:
+            if x.name in carried:
+                path = work / f"{x.name}.old.patch"
+                path.write_bytes(_old_text(pin, x.name, carried[x.name]["blob"]))
+                old_chain[x.name] = _am(tree, path, f"the pin's {x.name} as last carried")
+        git.git(tree, "checkout", "-q", "--detach", pin_base)
+        old = pin_base
+        for x in pins[: last + 1]:
+            new = _am(tree, pin.patches / x.file, f"the pin's {x.file}")
+            old = old_chain.get(x.name, old)
             if x.name in carried and x.name in wanted:
-                old = work / f"{x.name}.old.patch"
-                old.write_bytes(_old_text(pin, x.name, carried[x.name]["blob"]))
-                a = _am(tree, old, f"the pin's {x.name} as last carried")
-                git.git(tree, "checkout", "-q", "--detach", parent)
-                b = _am(tree, pin.patches / x.file, f"the pin's {x.file}")
-                # The change alone: B's files on A, under the port's own subject
-                # (so a stop names the port's patch).
+                # Under the port's own subject, so that a stop names the port's patch.
                 message = f"{subjects.get(x.name, x.name)}\n\ncarry: the pin's {x.name}\n"
                 steps[x.name] = git.git(
-                    tree, "commit-tree", f"{b}^{{tree}}", "-p", a, "-m", message, env=_IDENT
+                    tree, "commit-tree", f"{new}^{{tree}}", "-p", old, "-m", message, env=_IDENT
                 ).strip()
-                git.git(tree, "checkout", "-q", "--detach", b)
-            else:
-                b = _am(tree, pin.patches / x.file, f"the pin's {x.file}")
-                if x.name in wanted:
-                    steps[x.name] = b
+            elif x.name in wanted:
+                steps[x.name] = new
     finally:
         git.run(port.work, "worktree", "remove", "--force", str(tree))
         git.run(port.work, "worktree", "prune")
@@ -507,9 +571,9 @@ def _am(tree: Path, patch: Path, what: str) -> str:
     if proc.returncode != 0:
         git.run(tree, "am", "--abort")
         raise ToolkitError(
-            f"{what} does not apply on the pin's current series before it, "
-            "so its change alone cannot be made: carry it by hand (then "
-            "`nox -s carry -- VERSION --record`)"
+            f"{what} does not apply on the pin's base and the patches before "
+            "it: carry the change by hand (then `nox -s carry -- VERSION "
+            "--record`)"
         )
     head = git.rev(tree, "HEAD")
     assert head
@@ -554,7 +618,7 @@ def finish(port: Target, log=print) -> None:
     state.save(port)
     backup = safety.backup_ref(repo, rb.old_head, "carry")
     series.export(port, log=log)
-    write_carried(port, rb.carried)
+    write_carried(port, rb.carried, log)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
     log(
         f"carry: done; {port.patches_label}/ and {CARRIED} written (the port before the "
@@ -588,15 +652,16 @@ def session(
     cont_: bool = False,
     abort_: bool = False,
     force: bool = False,
+    record_rev: str | None = None,
     log=print,
 ) -> None:
-    """``nox -s carry -- VERSION [--check | --record | --continue | --abort]``."""
+    """``nox -s carry -- VERSION [--check | --record [REV] | --continue | --abort]``."""
     if sum((check_only, record_only, cont_, abort_)) > 1:
         raise ToolkitError("carry takes at most one of --check, --record, --continue, --abort")
     if check_only:
         check(pin, port, log)
     elif record_only:
-        record(pin, port, log)
+        record(pin, port, rev=record_rev or None, log=log)
     elif cont_:
         cont(port, log)
     elif abort_:

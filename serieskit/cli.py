@@ -80,7 +80,8 @@ def cmd_carry(args: argparse.Namespace, t: Target) -> None:
         target.pin(t.root),
         target.port(t.root, args.version),
         check_only=args.check,
-        record_only=args.record,
+        record_only=args.record is not None,
+        record_rev=args.record,
         cont_=args.cont,
         abort_=args.abort,
         force=args.force,
@@ -230,8 +231,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--record",
-        action="store_true",
-        help="record the pin's current patches as carried (a port made from them)",
+        nargs="?",
+        const="",
+        metavar="REV",
+        help="record the pin's patches, as they are or as they were at the "
+        "toolkit's commit REV, as carried (the series the port was made from)",
     )
     _stop_options(
         c,

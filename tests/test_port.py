@@ -280,6 +280,49 @@ def test_check_reports_a_declared_pending_change_and_fails_once_it_moves_on(pinp
         carry.check(pin, port, log=quiet)
 
 
+def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinport):
+    """A carry records the pin's patches as they are now: it settles every
+    [pending] entry of a patch it carries (also one declared for an older
+    version of it) and keeps the others."""
+    pin, port = pinport
+    write_series(pin, pin_patches(f0(101)))
+    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry.CARRIED
+    carried.write_text(
+        carried.read_text()
+        + '\n[pending]\n"f0" = { patch_id = "00aa", why = "an older version" }\n'
+        + '"gone" = { patch_id = "0123", why = "a \\"quoted\\" reason" }\n'
+    )
+    lines: list[str] = []
+    carry.start(pin, port, log=lines.append)
+    assert "carry: [pending] f0 is carried now; its entry is dropped" in lines
+    assert carry.read_carried(port)["f0"]["patch_id"] == pid
+    assert carry.read_pending(port) == {"gone": {"patch_id": "0123", "why": 'a "quoted" reason'}}
+
+
+def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pinport):
+    pin, port = pinport
+    git.git(pin.root, "add", "-A")
+    git.git(
+        pin.root,
+        "commit",
+        "-q",
+        "-m",
+        "series",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
+    )
+    made_from = git.rev(pin.root, "HEAD")
+    assert made_from
+    write_series(pin, pin_patches(f0(101)))
+    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry.CARRIED
+    carried.write_text(f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
+    carry.record(pin, port, rev=made_from, log=quiet)
+    assert carry.read_pending(port) == {"f0": {"patch_id": pid, "why": "not yet"}}
+    carry.record(pin, port, log=quiet)
+    assert carry.read_pending(port) == {}
+
+
 def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
     """A patch-id is of the diff's content: a change of an earlier patch that
     only moves this one's lines (or a new subject) is nothing to carry."""
@@ -507,3 +550,30 @@ def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeyp
     assert (dest / "_sm7x_C.abi3.so").read_text() == "module"
     assert "return 100\n" in (dest / "utils.py").read_text()
     assert cli.port_of(["--port", PORT]) == PORT == cli.port_of([f"--port={PORT}"])
+
+
+def test_record_from_an_older_commit_then_carry_what_changed_since(pinport):
+    """A port made from an older pin series: recorded as of that commit of the
+    toolkit, the pin's changes since then are what the carry brings."""
+    pin, port = pinport
+    git.git(pin.root, "add", "-A")
+    git.git(
+        pin.root,
+        "commit",
+        "-q",
+        "-m",
+        "series",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
+    )
+    made_from = git.rev(pin.root, "HEAD")
+    assert made_from
+    write_series(pin, pin_patches(f0(101)))
+    (port.patches / carry.CARRIED).unlink()
+    lines: list[str] = []
+    carry.record(pin, port, rev=made_from, log=lines.append)
+    assert f"as they were at {made_from}" in lines[-1]
+    with pytest.raises(ToolkitError, match="f0 .* changed since it was last carried"):
+        carry.check(pin, port, log=quiet)
+    carry.start(pin, port, log=quiet)
+    assert "return 101\n" in (port.work / F0).read_text()
+    carry.check(pin, port, log=quiet)
