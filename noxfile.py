@@ -54,7 +54,8 @@ def _ports(session: nox.Session) -> list[target.Target]:
 
 @nox.session(venv_backend="none")
 def apply(session: nox.Session) -> None:
-    """Make .work/vllm the pinned vLLM base plus one commit per patch."""
+    """Make .work/vllm the pinned vLLM base plus one commit per patch
+    (-- --continue: the rest of the series after a stopped patch finished by hand)."""
     _toolkit(session, "apply")
 
 

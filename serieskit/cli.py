@@ -36,7 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cmd_apply(args: argparse.Namespace, t: Target) -> None:
-    series.apply(t, force=args.force)
+    if args.cont and args.force:
+        raise ToolkitError(
+            "apply takes --continue or --force, not both: --continue keeps the work tree "
+            "as it is, --force starts over from the patch files"
+        )
+    if args.cont:
+        series.cont(t)
+    else:
+        series.apply(t, force=args.force)
 
 
 def cmd_export(args: argparse.Namespace, t: Target) -> None:
@@ -157,12 +165,17 @@ class _Parser(argparse.ArgumentParser):
         raise ToolkitError(f"{self.prog}: {message} (see --help)")
 
 
-def _stop_options(p: argparse.ArgumentParser, abort_help: str, force_help: str) -> None:
-    """--continue / --abort / --force of the commands that can stop at a conflict."""
-    p.add_argument(
-        "--continue", dest="cont", action="store_true", help="go on after resolving a conflict"
-    )
-    p.add_argument("--abort", action="store_true", help=abort_help)
+def _stop_options(
+    p: argparse.ArgumentParser,
+    abort_help: str | None,
+    force_help: str,
+    continue_help: str = "go on after resolving a conflict",
+) -> None:
+    """--continue / --abort / --force of the commands that can stop at a
+    conflict (no --abort where ``abort_help`` is None)."""
+    p.add_argument("--continue", dest="cont", action="store_true", help=continue_help)
+    if abort_help is not None:
+        p.add_argument("--abort", action="store_true", help=abort_help)
     p.add_argument("--force", action="store_true", help=force_help)
 
 
@@ -182,10 +195,12 @@ def _parser() -> argparse.ArgumentParser:
         return sp
 
     a = command("apply", cmd_apply, "make .work/vllm the pinned base plus patches/", port=True)
-    a.add_argument(
-        "--force",
-        action="store_true",
-        help="go on over unexported work (kept in a stash / backup ref first)",
+    _stop_options(
+        a,
+        None,
+        "go on over unexported work (kept in a stash / backup ref first)",
+        continue_help="after an apply stopped at a patch and you finished it by hand in the "
+        "work tree (one commit): apply the rest of the series on it",
     )
     e = command("export", cmd_export, "write the work tree's commits to patches/", port=True)
     e.add_argument(

@@ -161,21 +161,23 @@ def guard(
     log=print,
     extra_known: tuple[str, ...] = (),
     export_cmd: str = "nox -s export",
+    keep: str | None = None,
 ) -> None:
-    """Refuse ``action`` over the user's work; with ``force``, save it first."""
+    """Refuse ``action`` over the user's work; with ``force``, save it first.
+    ``keep`` says how the user keeps it (default: commit and export)."""
     check_index_lock(repo, action)
     work = unsaved_work(repo, state, extra_known)
     if not work:
         return
     if not force:
+        keep = keep or f"commit your changes and run `{export_cmd}` (writes them out)"
         raise ToolkitError(
             "\n".join(
                 [
                     f"{action}: the work tree {repo} holds work that is not in its patch files:",
                     *work.describe(repo),
-                    f"  keep it: commit your changes and run `{export_cmd}` (writes them out), "
-                    "or rerun with --force, which stashes changes and keeps commits under "
-                    f"{BACKUP_REF}/",
+                    f"  keep it: {keep}, or rerun with --force, which stashes changes and keeps "
+                    f"commits under {BACKUP_REF}/",
                 ]
             )
         )

@@ -234,7 +234,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     if state.rebase_stopped:
         raise ToolkitError(stopped_message(t, state))
     op = git.operation_in_progress(repo)
-    if op == "am" and state.in_progress == "apply":
+    if op == "am" and state.in_progress in ("apply", "continue"):
         # Our own am, killed midway: git's abort restores HEAD and keeps
         # changes to files the patch does not touch; the guard sees the rest.
         git.git(repo, "am", "--abort")
@@ -244,8 +244,9 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"`git -C {repo} {op} --abort`, then run this again"
         )
     if state.in_progress:
+        what = "apply --continue" if state.in_progress == "continue" else "apply"
         log(
-            f"apply: an earlier apply was interrupted at {state.applied}/{state.total}; "
+            f"apply: an earlier {what} was interrupted at {state.applied}/{state.total}; "
             "applying again"
         )
 
@@ -266,6 +267,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         log,
         export_cmd=t.cmd("export"),
         extra_known=_left_by_interrupted_apply(repo, state, names, patches),
+        keep=_keep_by_hand(t, state),
     )
     if moved and (head := git.rev(repo, "HEAD")):
         log(
@@ -305,12 +307,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     )
     state.save(t)
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
-    for i, name in enumerate(names, 1):
-        log(f"apply {i}/{len(names)}: {patches[name].subject}")
-        _am(t, state, name, i, len(names), patches[name])
-        state.applied = i
-        state.head = git.rev(repo, "HEAD")
-        state.save(t)
+    _apply_each(t, state, names, patches, log)
     state.in_progress = None
     state.fingerprint = fp
     state.save(t)
@@ -319,6 +316,336 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)"
     )
     return state
+
+
+def cont(where: Where, log=print) -> State:
+    """``apply --continue``: after an apply stopped at patch i, and the user
+    finished that patch by hand in the work tree (one commit on the branch, on
+    top of patches 1..i-1 as apply left them), apply patches i+1..n the way
+    apply does (stopping again the same way), so that export writes patch i
+    as the user made it. Refuses, changing nothing, over anything else."""
+    git.require_version()
+    start = time.monotonic()
+    t = target.of(where)
+    repo = t.work
+    state = State.load(t)
+    if state.rebase_stopped:
+        raise ToolkitError(stopped_message(t, state))
+    resumed = state.in_progress == "continue"  # an earlier --continue, killed
+    if not (state.failed or resumed) or not git.is_repo(repo) or not state.base or not state.head:
+        raise ToolkitError(_nothing_to_continue(t, state))
+    names = read_series(t)
+    patches = check_patches(t, names)
+    safety.check_index_lock(repo, "apply --continue")
+    op = git.operation_in_progress(repo)
+    if op == "am" and resumed:
+        git.git(repo, "am", "--abort")  # our own, killed midway (as apply repairs it)
+        log("apply --continue: the earlier one was interrupted; going on")
+    elif op is not None:
+        raise ToolkitError(_operation_message(t, op))
+    if t.commit is not None and state.base != t.commit:
+        raise ToolkitError(
+            f"the work tree is on {state.base_label} ({state.base[:12]}), not on "
+            f"{'the port' if t.port else 'the pin'}'s base on {t.version}: "
+            f"`{t.cmd('apply', '--force')}` applies the series there, keeping your commits "
+            f"under {safety.BACKUP_REF}/"
+        )
+    since = state.continued_head or state.head
+    _check_branch(t, since)
+    _check_clean(t, state, since)
+    _check_sources(t, state, names)
+    if resumed:
+        # A commit of the next patch, made before the kill let the state say so:
+        # ours, from the patch file; made again below.
+        if (head := git.rev(repo, "HEAD")) != since:
+            if head != _made_since(repo, since, state.applied, names, patches):
+                raise ToolkitError(_unexpected_message(t, state, names, since))
+            git.git(repo, "reset", "-q", "--hard", since)
+    else:
+        state.continued_head = _take_by_hand(t, state, names, patches, since, log)
+        state.sources.append([names[state.applied], ""])
+        state.applied += 1
+        state.failed = None
+        state.in_progress = "continue"
+        state.save(t)
+    _apply_each(t, state, names, patches, log)
+    state.in_progress = None
+    state.total = len(names)
+    # Every patch applied from its file is unchanged (checked above); the ones
+    # finished by hand differ from theirs, which export overwrites (keeping them).
+    state.fingerprint = fingerprint(t, state.base)
+    state.save(t)
+    by_hand = [f"{t.patches_label}/{name}" for name, sha in state.sources if not sha]
+    log(
+        f"apply --continue: {len(names)} patch(es) on vLLM {t.version}, HEAD "
+        f"{(state.continued_head or '')[:12]} ({time.monotonic() - start:.1f} s); "
+        f"finished by hand: {', '.join(by_hand)}"
+    )
+    log(
+        f"apply --continue: `{t.cmd('export')}` writes the patch(es) as you made them; "
+        "until then `apply` refuses over them"
+    )
+    return state
+
+
+def _keep_by_hand(t: Target, state: State) -> str | None:
+    """How to keep work over a stopped apply, where export refuses: a patch
+    finished by hand goes on with --continue (None: the guard's usual way)."""
+    if state.in_progress == "continue":
+        return (
+            f"`{t.cmd('apply', '--continue')}` goes on with the patch(es) you finished by "
+            f"hand, then `{t.cmd('export')}` writes them out"
+        )
+    if state.failed and not state.in_progress:
+        return (
+            f"`{t.cmd('apply', '--continue')}` takes one commit of yours as the stopped patch "
+            f"{state.failed} and applies the rest, then `{t.cmd('export')}` writes it out"
+        )
+    return None
+
+
+def _nothing_to_continue(t: Target, state: State) -> str:
+    if state.in_progress == "apply":
+        return (
+            f"no apply is stopped at a patch: one was interrupted at "
+            f"{state.applied}/{state.total} (killed); `{t.cmd('apply')}` redoes it"
+        )
+    if not state.base or not git.is_repo(t.work):
+        return (
+            "no apply is stopped at a patch: nothing to continue "
+            f"(`{t.cmd('apply')}` makes the work tree)"
+        )
+    return (
+        f"no apply is stopped at a patch: nothing to continue (the last apply finished; "
+        f"`{t.cmd('status')}` shows the work tree)"
+    )
+
+
+def _operation_message(t: Target, op: str) -> str:
+    """A git operation of the user's in the work tree stops --continue."""
+    repo = t.work
+    if op != "am":
+        return (
+            f"a git {op} is in progress in {repo}: finish it, or "
+            f"`git -C {repo} {op} --abort`, then run this again"
+        )
+    conflicts = _conflicted(repo)
+    files = (
+        f"conflicts in {', '.join(conflicts)}: resolve them"
+        if conflicts
+        else "the patch did not apply: edit the files as it should leave them"
+    )
+    return (
+        f"a git am is in progress in {repo}: finish it first, then run "
+        f"`{t.cmd('apply', '--continue')}` again\n"
+        f"  {files} and `git -C {repo} add` them\n"
+        f"  `git -C {repo} am --continue` commits the patch "
+        f"(`git -C {repo} am --abort` gives up on the am)"
+    )
+
+
+def _check_branch(t: Target, since: str) -> None:
+    """HEAD on the series branch, on top of what the toolkit left there."""
+    repo = t.work
+    head = git.rev(repo, "HEAD")
+    if (on := git.branch(repo)) != BRANCH:
+        where_ = "detached" if on is None else f"on branch {on}"
+        tip = git.rev(repo, BRANCH)
+        if head and tip and _contains(repo, head, tip):
+            how = f"`git -C {repo} checkout -B {BRANCH}` moves the branch to HEAD"
+        else:
+            how = f"`git -C {repo} checkout {BRANCH}` first (`git cherry-pick` your commit there)"
+        raise ToolkitError(
+            f"HEAD is {where_} in {repo}: apply --continue goes on on the branch "
+            f"`{BRANCH}`, where apply stopped; {how}, then run this again"
+        )
+    if not head or git.rev(repo, since) is None or not _contains(repo, head, since):
+        raise ToolkitError(
+            f"the branch `{BRANCH}` in {repo} no longer holds the patches as apply left them "
+            f"(HEAD {(head or '?')[:12]} does not contain {since[:12]}): "
+            f"`{t.cmd('apply', '--force')}` applies the series again from "
+            f"{t.patches_label}/, keeping your commits under {safety.BACKUP_REF}/"
+        )
+    merges = git.git(repo, "rev-list", "--merges", f"{since}..HEAD").split()
+    if merges:
+        raise ToolkitError(
+            f"the branch `{BRANCH}` in {repo} has a merge commit ({merges[0][:12]}) on top of "
+            f"the patches apply left: a series is linear; make the patch one plain commit "
+            f"on {since[:12]}, then run this again"
+        )
+
+
+def _contains(repo: Path, commit: str, ancestor: str) -> bool:
+    return git.run(repo, "merge-base", "--is-ancestor", ancestor, commit).returncode == 0
+
+
+def _check_clean(t: Target, state: State, since: str) -> None:
+    """No uncommitted change, untracked files included: the next patches are
+    applied over a clean tree, and nothing of the user's is left half in."""
+    repo = t.work
+    dirty = git.dirty_files(repo)
+    if not dirty:
+        return
+    lines = [f"  uncommitted: {line[3:]}" for line in dirty[:10]]
+    if len(dirty) > 10:
+        lines.append(f"  ... and {len(dirty) - 10} more uncommitted files")
+    if not state.failed:
+        commit = f"commit them (`git -C {repo} commit`)"
+    elif git.rev(repo, "HEAD") == since:  # the stopped patch is not committed yet
+        commit = f"commit them as {state.failed} (`git -C {repo} commit`)"
+    else:
+        commit = f"add them to your commit for {state.failed} (`git -C {repo} commit --amend`)"
+    raise ToolkitError(
+        "\n".join(
+            [
+                f"apply --continue: the work tree {repo} has uncommitted changes:",
+                *lines,
+                f"  {commit} or stash them (`git -C {repo} stash -u`), then run this again",
+            ]
+        )
+    )
+
+
+def _check_sources(t: Target, state: State, names: list[str]) -> None:
+    """The patches in the work tree are still the series' first ones, and
+    those applied from their files are unchanged (else export would overwrite
+    the changes): the rest of the series goes on top of them."""
+    label = t.patches_label
+    if len(state.sources) != state.applied:
+        raise ToolkitError(
+            f"the stop at {label}/{state.failed} was recorded without the patch files it "
+            f"applied (by an older toolkit): `{t.cmd('apply', '--force')}` applies the series "
+            f"again and keeps your commits under {safety.BACKUP_REF}/"
+        )
+    taken = [name for name, _ in state.sources]
+    # After a stop, the stopped patch comes next; after a kill, whatever does.
+    expected = taken + ([state.failed] if state.failed else [])
+    if names[: len(expected)] != expected:
+        raise ToolkitError(
+            f"{label}/{SERIES} changed since apply stopped: the work tree holds "
+            f"{', '.join(taken) or 'no patch'}"
+            + (f" and stopped at {state.failed}" if state.failed else "")
+            + f", the series now begins {', '.join(names[: len(expected)]) or 'with none'}; "
+            "restore it, or "
+            f"`{t.cmd('apply', '--force')}` applies the series as it is now, keeping your "
+            f"commits under {safety.BACKUP_REF}/"
+        )
+    changed = [
+        f"{label}/{name}" for name, sha in state.sources if sha and _sha256(t.patches / name) != sha
+    ]
+    if changed:
+        raise ToolkitError(
+            f"{', '.join(changed)} changed since apply applied it: the work tree holds the "
+            f"version it applied, and export would overwrite yours; restore it, or "
+            f"`{t.cmd('apply', '--force')}` applies the series as it is now, keeping your "
+            f"commits under {safety.BACKUP_REF}/"
+        )
+
+
+def _take_by_hand(
+    t: Target,
+    state: State,
+    names: list[str],
+    patches: dict[str, PatchFile],
+    since: str,
+    log,
+) -> str:
+    """The one commit the user made for the stopped patch, on ``since``."""
+    repo, label = t.work, t.patches_label
+    name = names[state.applied]
+    i, n = state.applied + 1, len(names)
+    found = git.commits(repo, f"{since}..HEAD")
+    if not found:
+        raise ToolkitError(
+            f"the branch `{BRANCH}` in {repo} holds no commit for {label}/{name} ({i}/{n}) "
+            f"on top of patches 1-{i - 1} (HEAD {since[:12]} is where apply stopped): finish "
+            f"the patch first (`{am_by_hand(t, name)}`, resolve, `git add`, "
+            "`git am --continue`; or edit and `git commit`), then run this again"
+        )
+    if len(found) > 1:
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"found {len(found)} commits on top of patches 1-{i - 1} in {repo}, where "
+                    f"{label}/{name} ({i}/{n}) is one:",
+                    *(f"  commit {cid[:12]} {subject}" for cid, subject in found[:10]),
+                    *([f"  ... and {len(found) - 10} more"] if len(found) > 10 else []),
+                    f"  a patch is one commit: squash them (`git -C {repo} rebase -i "
+                    f"{since[:12]}`, `fixup` the later ones), then run this again; a patch of "
+                    f"its own goes in once the series is whole (`git rebase -i`, then "
+                    f"`{t.cmd('export')}`)",
+                ]
+            )
+        )
+    cid, subject = found[0]
+    patch = patches[name]
+    untagged = re.sub(r"^(\s*\[[^\]]*\])+\s*", "", patch.subject)
+    if subject != patch.subject and subject == untagged:
+        raise ToolkitError(
+            f'commit {cid[:12]} "{subject}" is to be {label}/{name}, whose subject is '
+            f'"{patch.subject}": `git am` drops a subject\'s [tags] unless given '
+            f"--keep-non-patch; put it back (`git -C {repo} commit --amend`), then run this again"
+        )
+    if patch.name is not None:
+        trailer = git.git(
+            repo, "log", "-1", f"--format=%(trailers:key={NAME_TRAILER},valueonly)", cid
+        ).split()
+        if patch.name not in trailer:
+            raise ToolkitError(
+                f'commit {cid[:12]} "{subject}" is to be {label}/{name}, whose '
+                f"{NAME_TRAILER}: trailer is {patch.name} (its manifest entry); the commit "
+                f"has {'none' if not trailer else ', '.join(trailer)}: "
+                f"`git -C {repo} commit --amend --trailer '{NAME_TRAILER}: {patch.name}'`, "
+                "then run this again"
+            )
+    touched = set(git.changed_files(repo, cid))
+    if not touched:
+        raise ToolkitError(
+            f'commit {cid[:12]} "{subject}" changes no file, and a patch file is a change: '
+            f"amend it with the change {label}/{name} should make (`git -C {repo} commit "
+            f"--amend`), then run this again; a patch left out goes from {label}/{SERIES} "
+            f"(`{t.cmd('apply', '--force')}` then keeps your commit under {safety.BACKUP_REF}/)"
+        )
+    log(f"apply --continue {i}/{n}: {subject} ({cid[:12]}, finished by hand)")
+    if touched != patch.files:
+        log(
+            f"  it touches {', '.join(sorted(touched ^ patch.files))} against what "
+            f"{label}/{name} lists; export writes it as committed"
+        )
+    return cid
+
+
+def _unexpected_message(t: Target, state: State, names: list[str], since: str) -> str:
+    repo = t.work
+    found = git.commits(repo, f"{since}..HEAD")
+    return "\n".join(
+        [
+            f"an apply --continue was interrupted at {state.applied}/{len(names)}, and the "
+            f"branch `{BRANCH}` in {repo} now has commits it did not make on top of it:",
+            *(f"  commit {cid[:12]} {subject}" for cid, subject in found[:10]),
+            f"  move them aside (`git -C {repo} branch mine && git -C {repo} reset --keep "
+            f"{since[:12]}`), run this again, then put them back (`git cherry-pick`)",
+        ]
+    )
+
+
+def am_by_hand(t: Target, name: str) -> str:
+    """The command that applies a stopped patch in the work tree for the user
+    to finish: a 3-way merge leaves conflict markers; --keep-non-patch keeps a
+    subject's [Tag] (git am drops it otherwise), as apply does."""
+    return f"git -C {t.work} am -3 --keep-non-patch {t.patches / name}"
+
+
+def stopped_ways(t: Target, state: State) -> str:
+    """The ways on from an apply stopped at a patch (for export and status)."""
+    assert state.failed
+    by_hand = (
+        f"finish it by hand in the work tree (`{am_by_hand(t, state.failed)}`, resolve, "
+        f"`git am --continue`), then `{t.cmd('apply', '--continue')}`"
+    )
+    if state.continued_head:  # a plain apply would refuse over the earlier hand work
+        return by_hand
+    return f"fix the patch and `{t.cmd('apply')}`, or {by_hand}"
 
 
 def stopped_message(t: Target, state: State) -> str:
@@ -338,8 +665,10 @@ def _left_by_interrupted_apply(
     repo: Path, state: State, names: list[str], patches: dict[str, PatchFile]
 ) -> tuple[str, ...]:
     """What an interrupted apply left in the work tree that is not the user's:
-    the commits it started from (its guard had passed them) and those it made."""
-    if not state.in_progress:
+    the commits it started from (its guard had passed them) and those it made.
+    An interrupted `apply --continue` left none: below its commits is a patch
+    finished by hand, which only export puts in the patch folder."""
+    if state.in_progress != "apply":
         return ()
     return (*state.started_from, *_made_by_interrupted_apply(repo, state, names, patches))
 
@@ -350,21 +679,90 @@ def _made_by_interrupted_apply(
     """The commits an apply killed between `git am` and its state save made:
     on top of the last recorded one, by the toolkit's committer, one per next
     patch of the series, in order. Anything else is the user's."""
-    if not state.in_progress or not state.head or git.rev(repo, state.head) is None:
+    if state.in_progress != "apply" or not state.head:
         return ()
-    out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{state.head}..HEAD")
-    ours = None
-    for i, line in enumerate(out.splitlines()):
-        cid, committer, subject = line.split("\0")
-        k = state.applied + i
-        if k >= len(names) or committer != git.COMMITTER[0] or subject != patches[names[k]].subject:
-            break
-        ours = cid
+    ours = _made_since(repo, state.head, state.applied, names, patches)
     return (ours,) if ours else ()
 
 
-def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) -> None:
-    """Commit one patch; check the commit touches exactly the patch's files."""
+def _made_since(
+    repo: Path, since: str, applied: int, names: list[str], patches: dict[str, PatchFile]
+) -> str | None:
+    """The last of the commits on top of ``since`` that are the toolkit's, one
+    per next patch of the series (after ``applied``), in order: its committer,
+    the patch's subject. None when the first one is not."""
+    if git.rev(repo, since) is None:
+        return None
+    out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{since}..HEAD")
+    ours = None
+    for i, line in enumerate(out.splitlines()):
+        cid, committer, subject = line.split("\0")
+        k = applied + i
+        if k >= len(names) or committer != git.COMMITTER[0] or subject != patches[names[k]].subject:
+            break
+        ours = cid
+    return ours
+
+
+def _apply_each(
+    t: Target, state: State, names: list[str], patches: dict[str, PatchFile], log=print
+) -> None:
+    """Commit each patch after the first ``state.applied`` on HEAD, saving the
+    state after each; one that does not apply stops here (:func:`_stop`)."""
+    repo, n = t.work, len(names)
+    for i, name in enumerate(names[state.applied :], state.applied + 1):
+        log(f"apply {i}/{n}: {patches[name].subject}")
+        if problem := _am(t, name, patches[name]):
+            _stop(t, state, name, i, n, problem)
+        state.applied = i
+        state.sources.append([name, _sha256(t.patches / name)])
+        if state.in_progress == "continue":
+            state.continued_head = git.rev(repo, "HEAD")  # on a patch finished by hand
+        else:
+            state.head = git.rev(repo, "HEAD")
+        state.save(t)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stop(t: Target, state: State, name: str, i: int, n: int, problem: str) -> None:
+    """Record where the apply stopped and say both ways on: fix the patch file
+    and apply, or finish the patch by hand and `apply --continue`."""
+    repo = t.work
+    by_hand = state.in_progress == "continue" or state.continued_head is not None
+    state.in_progress = None
+    state.failed = name
+    if by_hand:  # `head` stays below the patches finished by hand
+        state.continued_head = git.rev(repo, "HEAD")
+    else:
+        state.head = git.rev(repo, "HEAD")
+    state.save(t)
+    shown = f"{t.patches_label}/{name}" if t.port else name
+    rest = f", then applies patches {i + 1}-{n}" if i < n else ""
+    first = (
+        "finish this patch by hand in the work tree too (the ones you finished stay as you "
+        f"made them; `{t.cmd('apply', '--force')}` would start over from the patch files, "
+        f"keeping your commits under {safety.BACKUP_REF}/):"
+        if by_hand
+        else f"fix the patch file, then `{t.cmd('apply')}`; or finish the patch by hand "
+        "in the work tree:"
+    )
+    raise ToolkitError(
+        f"patch {shown} ({i}/{n}) {problem}; the work tree holds patches 1-{i - 1} only\n"
+        f"  {first}\n"
+        f"    {am_by_hand(t, name)}\n"
+        "    (resolve the files, `git add` them, `git am --continue`; or edit and `git commit`)\n"
+        f"    {t.cmd('apply', '--continue')}\n"
+        f"    (takes your one commit as this patch{rest}; `{t.cmd('export')}` then writes "
+        "it as you made it)"
+    )
+
+
+def _am(t: Target, name: str, patch: PatchFile) -> str | None:
+    """Commit one patch; check the commit touches exactly the patch's files.
+    What went wrong, with HEAD back where it was, or None."""
     repo = t.work
     proc = git.run(
         repo,
@@ -388,15 +786,7 @@ def _am(t: Target, state: State, name: str, i: int, n: int, patch: PatchFile) ->
                 f"{', '.join(sorted(touched ^ patch.files))} against what it lists"
             )
             git.git(repo, "reset", "-q", "--hard", "HEAD~1")  # our own commit, from the patch
-    if problem:
-        state.in_progress = None
-        state.failed = name
-        state.head = git.rev(repo, "HEAD")
-        state.save(t)
-        shown = f"{t.patches_label}/{name}" if t.port else name
-        raise ToolkitError(
-            f"patch {shown} ({i}/{n}) {problem}; the work tree holds patches 1-{i - 1} only"
-        )
+    return problem
 
 
 def _conflicted(repo: Path) -> list[str]:
@@ -440,6 +830,11 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
         raise ToolkitError(stopped_message(t, state))
     if op := git.operation_in_progress(repo):
         raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
+    if state.in_progress == "continue":
+        raise ToolkitError(
+            f"an apply --continue was interrupted at {state.applied}/{state.total}: "
+            f"the work tree is not the whole series; `{t.cmd('apply', '--continue')}` goes on"
+        )
     if state.in_progress:
         raise ToolkitError(
             f"an apply was interrupted at {state.applied}/{state.total}: "
@@ -449,7 +844,7 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
         raise ToolkitError(
             f"the last apply stopped at {label}/{state.failed}: the work tree "
             f"holds {state.applied}/{state.total} patches, and export would "
-            f"drop the rest; fix the patch and `{t.cmd('apply')}`"
+            f"drop the rest; {stopped_ways(t, state)}"
         )
     if state.base != t.commit:
         owner = f"the port's ({label})" if t.port else "the pin's"
@@ -525,6 +920,7 @@ def export(where: Where, check: bool = False, force: bool = False, log=print) ->
     state.head = git.rev(repo, "HEAD")
     state.fingerprint = fingerprint(t, state.base)
     state.total = state.applied = len(names)
+    state.continued_head, state.sources = None, []  # patches finished by hand now written
     state.save(t)
     log(f"export: {len(names)} patch(es); {len(changed)} written, {len(removed)} removed")
     for name in changed:

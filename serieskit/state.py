@@ -47,13 +47,23 @@ class State:
     fingerprint: str | None = None  # of base + patches/ when they matched the tree
     total: int = 0
     applied: int = 0
-    in_progress: str | None = None  # "apply" while an apply runs
+    # "apply" while an apply runs, "continue" while `apply --continue` runs.
+    in_progress: str | None = None
     # While an apply runs: the commits HEAD and the series branch were at when
     # it passed its guard (so none of the user's unsaved work). A kill before
     # its checkout leaves them in place, and the rerun must not take them for
     # the user's; state.head then says only the base.
     started_from: list[str] = field(default_factory=list)
     failed: str | None = None  # the patch a failed apply stopped at
+    # Set by `apply --continue`: the last commit of the branch it took or made.
+    # `head..continued_head` holds a patch finished by hand, which is in the
+    # patch folder only once exported, so `head` (what the guard takes as the
+    # toolkit's) stays below it until export.
+    continued_head: str | None = None
+    # The patches in the work tree, in order, each as [name, sha256 of the file
+    # it was applied from], "" for one finished by hand: `apply --continue`
+    # goes on only while those files are unchanged.
+    sources: list[list[str]] = field(default_factory=list)
     rebase: RebaseState | None = None  # a rebase stopped, or finished off the pin
 
     @classmethod

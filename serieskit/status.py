@@ -77,20 +77,43 @@ def status(where: Path | Target, log=print) -> dict:
             else f" (branch {branch})"
         )
     )
-    if state.in_progress:
+    by_hand = [f"{t.patches_label}/{name}" for name, sha in state.sources if not sha]
+    if state.in_progress == "continue":
+        log(
+            f"  an apply --continue was interrupted at {state.applied}/{state.total}: "
+            f"`{t.cmd('apply', '--continue')}` goes on"
+        )
+    elif state.in_progress:
         log(
             f"  an apply was interrupted at {state.applied}/{state.total}: `{t.cmd('apply')}` "
             "redoes it (any work of yours stops it first)"
         )
     elif state.failed:
+        ways = (
+            f"a git am is in progress there: resolve, `git add`, `git -C {repo} am --continue`, "
+            f"then `{t.cmd('apply', '--continue')}`"
+            if git.operation_in_progress(repo) == "am"
+            else series.stopped_ways(t, state)
+        )
         log(
             f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "
-            f"{state.applied}/{state.total} patches; fix that patch, then `{t.cmd('apply')}`"
+            f"{state.applied}/{state.total} patches; {ways}"
         )
     elif state.rebase and not on_pin:
         _rebased_lines(state, pin, log)
+    if by_hand and state.complete:
+        log(
+            f"  finished by hand after a stopped apply: {', '.join(by_hand)}; "
+            f"`{t.cmd('export')}` writes them to {t.patches_label}/ (`{t.cmd('apply')}` "
+            "refuses over them until then)"
+        )
     _commits(
-        t, state, names, info, log, advise=state.complete and on_pin and branch == series.BRANCH
+        t,
+        state,
+        names,
+        info,
+        log,
+        advise=state.complete and on_pin and branch == series.BRANCH and not by_hand,
     )
     _uncommitted(repo, info, log)
     return info

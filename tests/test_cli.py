@@ -25,6 +25,9 @@ ARGUMENT_ERRORS = [
     ["apply", "--bogus"],
     ["apply", "extra"],
     ["apply", "--force=yes"],
+    ["apply", "--continue", "--force"],
+    ["apply", "--continue", "extra"],
+    ["apply", "--abort"],
     ["export", "--bogus"],
     ["export", "extra"],
     ["status", "--force"],
@@ -205,6 +208,14 @@ def test_bad_argument_fails_only_its_nox_session(noxfile, capsys, name):
 def test_help_ends_no_nox_session(noxfile, capsys, name):
     getattr(noxfile, name)(FakeSession(["--help"]))
     assert "usage:" in capsys.readouterr().out
+
+
+def test_apply_session_passes_continue_on(noxfile, capsys):
+    """``nox -s apply -- --continue`` reaches apply --continue (here: nothing stopped)."""
+    with pytest.raises(SessionFailed):
+        noxfile.apply(FakeSession(["--continue"]))
+    err = capsys.readouterr().err
+    assert err.startswith("error: no apply is stopped at a patch: nothing to continue"), err
 
 
 def test_nox_runs_the_next_session_after_a_bad_argument(tmp_path):

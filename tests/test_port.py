@@ -577,3 +577,31 @@ def test_record_from_an_older_commit_then_carry_what_changed_since(pinport):
     carry.start(pin, port, log=quiet)
     assert "return 101\n" in (port.work / F0).read_text()
     carry.check(pin, port, log=quiet)
+
+
+def test_port_apply_stopped_then_finished_by_hand_and_continued(pinport, capsys):
+    """apply --continue on a port: its own tree, state and folder, its --port commands."""
+    pin, port = pinport
+    name = series.read_series(port)[0]
+    path = port.patches / name
+    path.write_text(path.read_text().replace("\n def f1():\n", "\n def f1_gone():\n", 1))
+    assert cli.run(["apply", "--port", PORT], pin.root) == 1
+    err = capsys.readouterr().err
+    assert f"patch ports/{PORT}/{name} (1/2) does not apply" in err
+    assert f"am -3 --keep-non-patch {path}" in err
+    assert f"nox -s apply -- --continue --port {PORT}" in err
+    pin_head = git.rev(pin.work, "HEAD")
+    # By hand: the patch does not apply even 3-way, so the user writes its change.
+    am = git.run(port.work, "am", "-3", "--keep-non-patch", str(path))
+    assert am.returncode != 0 and git.operation_in_progress(port.work) == "am"
+    (port.work / F0).write_text((port.work / F0).read_text().replace("return 0\n", "return 100\n"))
+    git.git(port.work, "add", F0)
+    git.git(port.work, "am", "--continue")
+    assert cli.run(["apply", "--continue", "--port", PORT], pin.root) == 0
+    out = capsys.readouterr().out
+    assert f"finished by hand: ports/{PORT}/{name}" in out
+    assert f"`nox -s export -- --port {PORT}`" in out
+    assert State.load(port).complete and git.rev(pin.work, "HEAD") == pin_head
+    assert cli.run(["export", "--port", PORT], pin.root) == 0
+    assert "\n def f1():\n" in path.read_text() and "Patch-Name: f0" in path.read_text()
+    assert cli.run(["export", "--port", PORT, "--check"], pin.root) == 0

@@ -200,9 +200,14 @@ def test_patch_that_does_not_apply_is_a_clear_error(root):
     shutil.rmtree(root / ".work")
     with pytest.raises(ToolkitError) as e:
         series.apply(root, log=quiet)
-    msg = str(e.value)
-    assert "patch 0001-Kernel-Change-f0.patch (1/2) does not apply" in msg
-    assert "holds patches 1-0 only" in msg and "\n" not in msg
+    first, *ways = str(e.value).splitlines()
+    assert "patch 0001-Kernel-Change-f0.patch (1/2) does not apply" in first
+    assert "holds patches 1-0 only" in first
+    # Then, indented, both ways on: fix the file, or finish the patch by hand.
+    assert ways and all(line.startswith("  ") for line in ways)
+    assert "then `nox -s apply`" in ways[0]
+    assert any("am -3 --keep-non-patch" in line for line in ways)
+    assert any("nox -s apply -- --continue" in line for line in ways)
     state = State.load(root)
     assert state.failed == "0001-Kernel-Change-f0.patch" and not state.in_progress
     lines = []
