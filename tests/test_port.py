@@ -300,8 +300,9 @@ def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinpo
     assert carry.read_pending(port) == {"gone": {"patch_id": "0123", "why": 'a "quoted" reason'}}
 
 
-def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pinport):
-    pin, port = pinport
+def _commit_then_change_f0(pin) -> str:
+    """Commit the pin's series as it is (the commit a port was made from),
+    then change f0 in the pin; returns that commit."""
     git.git(pin.root, "add", "-A")
     git.git(
         pin.root,
@@ -314,6 +315,12 @@ def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pi
     made_from = git.rev(pin.root, "HEAD")
     assert made_from
     write_series(pin, pin_patches(f0(101)))
+    return made_from
+
+
+def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pinport):
+    pin, port = pinport
+    made_from = _commit_then_change_f0(pin)
     pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
     carried = port.patches / carry.CARRIED
     carried.write_text(f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
@@ -556,18 +563,7 @@ def test_record_from_an_older_commit_then_carry_what_changed_since(pinport):
     """A port made from an older pin series: recorded as of that commit of the
     toolkit, the pin's changes since then are what the carry brings."""
     pin, port = pinport
-    git.git(pin.root, "add", "-A")
-    git.git(
-        pin.root,
-        "commit",
-        "-q",
-        "-m",
-        "series",
-        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com"},
-    )
-    made_from = git.rev(pin.root, "HEAD")
-    assert made_from
-    write_series(pin, pin_patches(f0(101)))
+    made_from = _commit_then_change_f0(pin)
     (port.patches / carry.CARRIED).unlink()
     lines: list[str] = []
     carry.record(pin, port, rev=made_from, log=lines.append)
