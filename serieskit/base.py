@@ -40,6 +40,7 @@ class Pin:
     version: str
     sha256: str
     commit: str | None = None
+    torch: str | None = None  # the torch its CPU tests install (target.PIN_TORCH if unset)
 
     @property
     def sdist(self) -> str:
@@ -100,7 +101,16 @@ def read_pin(root: Path) -> Pin:
     table = data.get("base")
     if not isinstance(table, dict):
         raise ToolkitError(f"{path} has no [base] table")
-    return Pin(*_release_fields(path, "base", table))
+    return Pin(*_release_fields(path, "base", table), _torch_field(path, "base", table))
+
+
+def _torch_field(path: Path, where: str, table: dict) -> str | None:
+    torch = table.get("torch")
+    if torch is not None and (not isinstance(torch, str) or not _VERSION.match(torch)):
+        raise ToolkitError(
+            f'{path}: {where}.torch must be a torch release such as "2.14.1", not {torch!r}'
+        )
+    return torch
 
 
 def read_ports(root: Path) -> list[Port]:
@@ -135,11 +145,7 @@ def read_ports(root: Path) -> list[Port]:
                 f"{path}: {where}.patches must be a folder inside the toolkit "
                 f'of its own, such as "ports/{version}", not {folder!r}'
             )
-        torch = table.get("torch")
-        if torch is not None and (not isinstance(torch, str) or not _VERSION.match(torch)):
-            raise ToolkitError(
-                f'{path}: {where}.torch must be a torch release such as "2.14.1", not {torch!r}'
-            )
+        torch = _torch_field(path, where, table)
         ports.append(Port(version, sha256, commit, Path(folder).as_posix(), torch))
     return ports
 
@@ -155,7 +161,9 @@ def write_pin(root: Path, pin: Pin) -> None:
         "[base]\n"
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
-        f'commit = "{pin.commit or ""}"\n' + "".join(_port_table(p) for p in ports)
+        f'commit = "{pin.commit or ""}"\n'
+        + (f"# What its CPU tests install.\ntorch = \"{pin.torch}\"\n" if pin.torch else "")
+        + "".join(_port_table(p) for p in ports)
     )
 
 

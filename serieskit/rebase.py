@@ -189,11 +189,14 @@ def update_pin(root: Path, log=print) -> None:
     assert rb.version
     sha = rb.sha256 or base.recorded_sha256(series.work_repo(root), rb.onto) or ""
     old = base.read_pin(root)
-    base.write_pin(root, base.Pin(rb.version, sha, rb.onto))
+    base.write_pin(root, base.Pin(rb.version, sha, rb.onto, old.torch))
     state.rebase = None
     state.fingerprint = None  # patches/ are about to be written from the tree
     state.save(root)
     log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
+    if old.torch:
+        log(f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
+            f"set the torch vLLM {rb.version} pins")
     series.export(root, force=True, log=log)
 
 

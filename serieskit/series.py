@@ -1015,16 +1015,14 @@ def layering_acknowledged(where: Where) -> dict[str, str]:
 
 
 def test_requirements(where: Where) -> list[str]:
-    """What the series' CPU tests need installed: the target's torch, its
-    tree's Python requirements and, for the pin, the Triton of the GPU stack
-    (3.6.0, torch 2.11's), which compiles the series' Triton kernels for sm_75
-    / sm_70 without a GPU (unpinned, vLLM's requirements bring whatever is
-    newest); nothing while the series has no test files."""
+    """What the series' CPU tests need installed: the target's torch (with the
+    Triton it pins, which compiles the series' Triton kernels for sm_75 / sm_70
+    without a GPU) and its tree's Python requirements; nothing while the series
+    has no test files."""
     t = target.of(where)
     if not test_files(t):
         return []
-    triton = [] if t.port else ["triton==3.6.0"]
-    return [f"torch=={t.torch}", *triton, "-r", str(t.work / "requirements" / "common.txt")]
+    return [f"torch=={t.torch}", "-r", str(t.work / "requirements" / "common.txt")]
 
 
 def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:

@@ -23,7 +23,7 @@ from serieskit import base
 from serieskit.errors import ToolkitError
 from serieskit.state import WORK
 
-PIN_TORCH = "2.13.0"  # what the pin's CPU tests install (a CPU build of it where one is served)
+PIN_TORCH = "2.14.1"  # what CPU tests install where pin.toml names no torch
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Target:
 
 def pin(root: Path) -> Target:
     p = base.read_pin(root)
-    return Target(root, p.version, p.sha256, p.commit, root / "patches")
+    return Target(root, p.version, p.sha256, p.commit, root / "patches", torch=p.torch or PIN_TORCH)
 
 
 def port(root: Path, version: str) -> Target:
