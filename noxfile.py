@@ -15,9 +15,11 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, runner, series, target  # noqa: E402
+from serieskit import cli  # noqa: E402
+from serieskit.checks import runner  # noqa: E402
+from serieskit.checks.lint import REQUIREMENTS as LINT  # noqa: E402 (`lint`: a session)
 from serieskit.errors import ToolkitError  # noqa: E402
-from serieskit.lint import REQUIREMENTS as LINT  # noqa: E402 (the session `lint` has the name)
+from serieskit.series import series, target  # noqa: E402
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True

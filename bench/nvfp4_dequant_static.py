@@ -131,7 +131,9 @@ def compile_one(mod, triton, GPUTarget, layout: str, cc: int, groups: int) -> di
 
 
 def series_header(tree: Path) -> dict:
-    from serieskit import base, claims, git
+    from serieskit import git
+    from serieskit.pr import claims
+    from serieskit.series import base
 
     pin = base.read_pin(ROOT)
     head = git.git(tree, "rev-parse", "HEAD").strip()

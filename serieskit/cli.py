@@ -6,7 +6,7 @@ module doing the job; every session holds the work tree's lock. Every failure
 is a ToolkitError: printed as ``error: ...``, exit status 1, no traceback.
 
 What a command acts on, the pin's series or a port (``--port VERSION``), is
-resolved here once into a :class:`~serieskit.target.Target` and passed down.
+resolved here once into a :class:`~serieskit.series.target.Target` and passed down.
 """
 
 from __future__ import annotations
@@ -15,22 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import (
-    build,
-    carry,
-    docs,
-    lint,
-    overlay,
-    rebase,
-    rebase_check,
-    runner,
-    safety,
-    series,
-    status,
-    target,
-)
+from serieskit import status
+from serieskit.build import build, overlay
+from serieskit.checks import docs, lint, runner
 from serieskit.errors import ToolkitError
-from serieskit.target import Target
+from serieskit.series import safety, series, target
+from serieskit.series.target import Target
+from serieskit.upstream import carry, rebase, rebase_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +134,7 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_pr(args: argparse.Namespace, t: Target) -> None:
-    from serieskit import pr  # needs GitPython, which the `pr` session installs
+    from serieskit.pr import pr  # needs GitPython, which the `pr` session installs
 
     pr.session(
         t.root,

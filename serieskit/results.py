@@ -22,7 +22,7 @@ KINDS = ("tests", "bench", "e2e", "static", "external")
 HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")
-# What the overlay packer stamps into the GPU machine's tree (serieskit.overlay).
+# What the overlay packer stamps into the GPU machine's tree (serieskit.build.overlay).
 STAMPS = {
     "commit": "SERIES_COMMIT",
     "tree": "SERIES_TREE",
@@ -198,7 +198,8 @@ def series_from_stamps(folder: Path) -> dict:
 
 def series_from_work_tree(root: Path) -> dict:
     """The ``series`` header of the toolkit's applied tree at its HEAD."""
-    from serieskit import claims, git
+    from serieskit import git
+    from serieskit.pr import claims
     from serieskit.state import WORK, State
 
     state = State.load(root)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from serieskit import base, git, rebase, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.series import base, safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
+from serieskit.upstream import rebase
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -121,7 +123,7 @@ def status(where: Path | Target, log=print) -> dict:
 
 def _port_lines(pin: Target, info: dict, log) -> None:
     """One line per port: whether it has every change of the pin's patches."""
-    from serieskit import carry
+    from serieskit.upstream import carry
 
     info["ports"] = {}
     for port in base.read_ports(pin.root):

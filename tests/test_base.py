@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import BASE_FILES, add_release, make_sdist, quiet
-from serieskit import base, git
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 
 
 def test_import_is_reproducible_and_complete(tmp_path, cache, monkeypatch):

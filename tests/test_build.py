@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from serieskit import build
+from serieskit.build import build
 from serieskit.errors import ToolkitError
 
 PTXAS = """\

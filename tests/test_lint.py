@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import commit_file
-from serieskit import lint
+from serieskit.checks import lint
 
 needs_pre_commit = pytest.mark.skipif(
     importlib.util.find_spec("pre_commit") is None or importlib.util.find_spec("yaml") is None,

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import base, overlay, results
+from serieskit import results
+from serieskit.build import overlay
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 
 
 def make_tree(path: Path) -> Path:

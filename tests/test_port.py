@@ -7,9 +7,11 @@ import shutil
 import pytest
 
 from conftest import BASE_FILES, add_release, quiet
-from serieskit import base, carry, cli, git, safety, series, status, target
+from serieskit import cli, git, status
 from serieskit.errors import ToolkitError
+from serieskit.series import base, safety, series, target
 from serieskit.state import State
+from serieskit.upstream import carry
 
 PORT = "0.0.2"
 # The port's release: lines moved (a header) and a line beside the series' change.
@@ -513,7 +515,7 @@ def _status_lines(t):
 
 
 def test_pr_builds_from_a_port_with_onto(pinport):
-    from serieskit import pr
+    from serieskit.pr import pr
 
     pin, port = pinport
     assert pr.onto_target(pin.root, None) == pin == pr.onto_target(pin.root, "vllm==0.0.1")
@@ -536,7 +538,8 @@ def test_the_pins_status_says_whether_each_port_is_carried(pinport):
 
 
 def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeypatch):
-    from serieskit import build, overlay, runner
+    from serieskit.build import build, overlay
+    from serieskit.checks import runner
 
     pin, port = pinport
     seen: dict = {}

@@ -11,8 +11,10 @@ import git as gitpython
 import pytest
 
 from conftest import BASE_FILES, add_release, quiet
-from serieskit import base, claims, duplicates, git, pr, series
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.pr import claims, duplicates, pr
+from serieskit.series import base, series
 from serieskit.state import State
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pr"
@@ -538,7 +540,7 @@ def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
 
 
 def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, monkeypatch):
-    from serieskit import lint
+    from serieskit.checks import lint
 
     def missing() -> None:
         raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
@@ -574,7 +576,7 @@ def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
 
 def test_line_map_follows_later_changes(tmp_path):
     from conftest import commit_file
-    from serieskit import prbody
+    from serieskit.pr import prbody
 
     repo = tmp_path / "r"
     git.git(None, "init", "-q", str(repo))

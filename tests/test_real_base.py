@@ -11,8 +11,11 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, quiet
-from serieskit import base, git, pr, rebase, series, status, target
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.pr import pr
+from serieskit.series import base, series, target
+from serieskit.upstream import rebase
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
 V25 = base.Pin(

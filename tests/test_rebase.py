@@ -8,9 +8,11 @@ import pytest
 from test_series import make_series
 
 from conftest import BASE_FILES, add_release, commit_file, quiet
-from serieskit import base, git, rebase, safety, series, status
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.series import base, safety, series
 from serieskit.state import State
+from serieskit.upstream import rebase
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {

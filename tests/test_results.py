@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import claims, pr, results, runner
+from serieskit import results
+from serieskit.checks import runner
+from serieskit.pr import claims, pr
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "results" / "raw" / "e2e_seed16_h200x2"

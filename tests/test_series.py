@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_file, quiet
-from serieskit import git, safety, series, status
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.series import safety, series
 from serieskit.state import State
 
 
@@ -145,7 +146,8 @@ def test_interrupted_apply_is_detected_and_repaired(root):
             (
                 "import sys, os, signal; from pathlib import Path\n"
                 f"sys.path.insert(0, {repo_dir!r})\n"
-                "from serieskit import series, git\n"
+                "from serieskit import git\n"
+                "from serieskit.series import series\n"
                 "from serieskit.state import State\n"
                 "real = git.run\n"
                 "def run(repo, *a, **k):\n"

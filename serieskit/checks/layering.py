@@ -129,7 +129,7 @@ def check_series(
     """check-layering of the work tree against its base commit (and ``ref``,
     see :func:`check`); an increase passes when a patch declares it
     (``declared``: path -> reason). Returns whether the check passed."""
-    from serieskit.series import materialize
+    from serieskit.series.series import materialize
 
     with tempfile.TemporaryDirectory() as tmp:
         base_root, ref_root = Path(tmp) / "base", Path(tmp) / "ref"

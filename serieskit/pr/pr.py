@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serieskit import base, claims, duplicates, git, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.pr import claims, duplicates
+from serieskit.series import base, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
 
 REF = "refs/series/pr"
 MAX_OPEN = 6  # vLLM's contributing guide: at most 6 open pull requests
@@ -459,11 +461,11 @@ def precommit(
     t: Target, tree: Path, b: Built, base_commit: str, strict: bool, log_dir: Path | None = None
 ) -> tuple[list[str] | None, str]:
     """(problems or None when not run, detail): the PR head's own pre-commit
-    config on its commits (:func:`serieskit.lint.precommit_changed`), the log
+    config on its commits (:func:`serieskit.checks.lint.precommit_changed`), the log
     in ``pre-commit.txt`` beside its body (``.work/pr/<name>/``). Without
     pre-commit installed it is "not run", and a problem under ``strict``
     (``--check``)."""
-    from serieskit import lint
+    from serieskit.checks import lint
 
     if not b.head:
         return None, "not built"
@@ -525,7 +527,7 @@ def session(
     gh: bool = False,
     log=print,
 ) -> dict[str, list[dict]]:
-    from serieskit import prbody
+    from serieskit.pr import prbody
 
     if not signoff:
         raise ToolkitError(

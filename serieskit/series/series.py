@@ -7,7 +7,7 @@ touches exactly the files its patch lists. ``export`` writes the work tree's
 commits back as ``git format-patch`` files with every drifting detail (commit
 ids, git version, numbering) held fixed, so apply + export changes no byte.
 
-Both go through :mod:`serieskit.safety`: the user's work in the work tree is
+Both go through :mod:`serieskit.series.safety`: the user's work in the work tree is
 never discarded without ``--force``, and then it is kept first; export writes
 patches/ only from a complete series at the branch head, and keeps the
 previous version of every patch file it rewrites or removes.
@@ -28,13 +28,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import base, git, safety, target
+from serieskit import git
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import base, safety, target
+from serieskit.series.target import Target
 from serieskit.state import WORK, State  # noqa: F401 (WORK: callers read it here)
-from serieskit.target import Target
 
 # Every function that takes ``where`` acts on that target (the pin's series or
-# a port, see serieskit.target); a toolkit root means the pin's.
+# a port, see serieskit.series.target); a toolkit root means the pin's.
 Where = Path | Target
 
 PATCHES = "patches"

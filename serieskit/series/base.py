@@ -23,9 +23,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import _pipfetch as pipfetch
 from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
+from serieskit.series import _pipfetch as pipfetch
 
 PIN_FILE = "pin.toml"
 PACKAGE = "vllm"
@@ -162,7 +162,7 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
-        + (f"# What its CPU tests install.\ntorch = \"{pin.torch}\"\n" if pin.torch else "")
+        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else "")
         + "".join(_port_table(p) for p in ports)
     )
 
@@ -269,10 +269,10 @@ def _pip_python() -> str:
 
 
 def _download(name: str, version: str, dest: Path) -> dict:
-    pkg_root = str(Path(__file__).resolve().parent.parent)
+    pkg_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=pkg_root)
     proc = subprocess.run(
-        [_pip_python(), "-m", "serieskit._pipfetch", PACKAGE, version, name, str(dest)],
+        [_pip_python(), "-m", "serieskit.series._pipfetch", PACKAGE, version, name, str(dest)],
         stdout=subprocess.PIPE,
         stderr=None if _progress_wanted() else subprocess.PIPE,
         env=env,

@@ -14,7 +14,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from serieskit import claims, series
+from serieskit.pr import claims
+from serieskit.series import series
 from serieskit.state import WORK
 
 SECTIONS = {
@@ -312,7 +313,8 @@ def _ranges(lines: list[int]) -> str:
 
 
 def _diff(tree: Path, lower: str, head: str) -> dict:
-    from serieskit import duplicates, git
+    from serieskit import git
+    from serieskit.pr import duplicates
 
     return duplicates.parse_diff(git.git(tree, "diff", "-U0", "--no-color", lower, head))
 
@@ -448,7 +450,7 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
     --show-contexts``), one per machine, in .work/pr/coverage/<machine>.json
     (``nox -s test -- --coverage``; the GPU machine's gpu/run_tests.py with
     COVERAGE=1)."""
-    from serieskit import pr
+    from serieskit.pr import pr
 
     folder = root / WORK / "pr" / "coverage"
     reports = sorted(folder.glob("*.json")) if folder.is_dir() else []

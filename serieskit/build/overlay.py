@@ -27,10 +27,11 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base, claims, series, target
 from serieskit.errors import ToolkitError, failed
+from serieskit.pr import claims
+from serieskit.series import base, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
 
 WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
 CORE = "vllm/_C_stable_libtorch.abi3.so"

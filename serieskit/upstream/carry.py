@@ -47,10 +47,12 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from serieskit import base, git, rebase, safety, series
+from serieskit import git
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import base, safety, series
+from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
-from serieskit.target import Target
+from serieskit.upstream import rebase
 
 CARRIED = "carried.toml"
 # The interdiff commits' author (a fixup keeps the port's own author and message).

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import base
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 from serieskit.state import WORK
 
 PIN_TORCH = "2.14.1"  # what CPU tests install where pin.toml names no torch

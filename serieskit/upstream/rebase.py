@@ -23,10 +23,12 @@ import shutil
 import time
 from pathlib import Path
 
-from serieskit import base, git, rebase_check, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
+from serieskit.series import base, safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
-from serieskit.target import Target
+from serieskit.upstream import rebase_check
 
 REPORTS = "reports"
 RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
@@ -195,8 +197,10 @@ def update_pin(root: Path, log=print) -> None:
     state.save(root)
     log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
     if old.torch:
-        log(f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
-            f"set the torch vLLM {rb.version} pins")
+        log(
+            f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
+            f"set the torch vLLM {rb.version} pins"
+        )
     series.export(root, force=True, log=log)
 
 

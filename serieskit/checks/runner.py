@@ -360,7 +360,7 @@ def compare_upstream(
 def upstream(where, tree: Path, log=print) -> list[str]:
     """`nox -s test`'s second half: the manifest's upstream test files on the
     base and on the series (the pin's or a port's); returns the regressions."""
-    from serieskit import series, target
+    from serieskit.series import series, target
 
     t = target.of(where)
     tests = upstream_test_files(series.read_manifest(t))

@@ -23,7 +23,7 @@ Two verdicts compare with the base, because upstream's own state is not the
 series': a mypy hook fails only on errors the base's version of the same files
 does not have (the base is checked out in ``.work/lint/base``), and
 check-layering fails only on coupling increases over the base that no patch
-declares in the manifest (:mod:`serieskit.layering`).
+declares in the manifest (:mod:`serieskit.checks.layering`).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def _checkout(repo: Path, dest: Path, commit: str) -> Path:
 
 def pre_commit_home() -> Path:
     """pre-commit's hook environments, beside the toolkit's other caches."""
-    from serieskit.base import cache_dir
+    from serieskit.series.base import cache_dir
 
     return cache_dir().parent / "pre-commit"
 
@@ -406,7 +406,8 @@ def require_tools() -> None:
 def session(where, log=print) -> None:
     """``nox -s lint``: the applied series (the pin's or a port's) through its
     tree's own hooks."""
-    from serieskit import layering, series, target
+    from serieskit.checks import layering
+    from serieskit.series import series, target
     from serieskit.state import State
 
     t = target.of(where)

@@ -15,10 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serieskit import git, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
 
 GENERATOR = "tools/pre_commit/generate_runtime_reference.py"
 OUTPUT = "docs/design/architecture/runtime_reference.md"

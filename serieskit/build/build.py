@@ -165,7 +165,7 @@ CUDA12 = ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia-cuda-runtime-cu12==12.9.79"
 
 def cuda12_toolchain(log=print) -> tuple[Path, Path]:
     """(libnvrtc, CUDA include dir) of the cached CUDA 12 environment."""
-    from serieskit.base import cache_dir
+    from serieskit.series.base import cache_dir
 
     env = cache_dir().parent / "cuda12"
     site = env / "site"
