@@ -15,10 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import status
+from serieskit import results, status
 from serieskit.build import build, overlay
 from serieskit.checks import docs, lint, runner
 from serieskit.errors import ToolkitError
+from serieskit.pr import pr
 from serieskit.series import safety, series, target
 from serieskit.series.target import Target
 from serieskit.upstream import carry, rebase, rebase_check
@@ -109,8 +110,6 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
     outcomes = runner.run_all(tree, series.test_files(t), t.out("test-results"), coverage=rc)
     if rc:
-        from serieskit import results
-
         dest = t.out("pr") / "coverage" / f"{slug}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
@@ -134,8 +133,6 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_pr(args: argparse.Namespace, t: Target) -> None:
-    from serieskit.pr import pr  # needs GitPython, which the `pr` session installs
-
     pr.session(
         t.root,
         args.onto,

@@ -11,7 +11,7 @@ from serieskit.errors import ToolkitError
 from serieskit.series import base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import rebase
+from serieskit.upstream import carry, rebase
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -123,8 +123,6 @@ def status(where: Path | Target, log=print) -> dict:
 
 def _port_lines(pin: Target, info: dict, log) -> None:
     """One line per port: whether it has every change of the pin's patches."""
-    from serieskit.upstream import carry
-
     info["ports"] = {}
     for port in base.read_ports(pin.root):
         try:

@@ -8,7 +8,10 @@ import pytest
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import cli, git, status
+from serieskit.build import build, overlay
+from serieskit.checks import runner
 from serieskit.errors import ToolkitError
+from serieskit.pr import pr
 from serieskit.series import base, safety, series, target
 from serieskit.state import State
 from serieskit.upstream import carry
@@ -515,8 +518,6 @@ def _status_lines(t):
 
 
 def test_pr_builds_from_a_port_with_onto(pinport):
-    from serieskit.pr import pr
-
     pin, port = pinport
     assert pr.onto_target(pin.root, None) == pin == pr.onto_target(pin.root, "vllm==0.0.1")
     assert pr.onto_target(pin.root, f"vllm=={PORT}") == port
@@ -538,9 +539,6 @@ def test_the_pins_status_says_whether_each_port_is_carried(pinport):
 
 
 def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeypatch):
-    from serieskit.build import build, overlay
-    from serieskit.checks import runner
-
     pin, port = pinport
     seen: dict = {}
     monkeypatch.setattr(build, "session", lambda tree, out, **kw: seen.update(build=(tree, out)))

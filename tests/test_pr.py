@@ -12,8 +12,10 @@ import pytest
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
+from serieskit.checks import lint
 from serieskit.errors import ToolkitError
-from serieskit.pr import claims, duplicates, pr
+from serieskit.pr import claims, duplicates, pr, prbody
+from serieskit.pr.groups import read_groups
 from serieskit.series import base, series
 from serieskit.state import State
 
@@ -415,7 +417,7 @@ def test_real_results_files_share_the_schema():
         assert data["machine"]["name"] and data["series"]["base"]
         for name, fig in data["figures"].items():
             assert {"value", "unit", "label"} <= set(fig), (f.name, name)
-    for g in pr.read_groups(root):
+    for g in read_groups(root):
         for c in g.claims:
             assert claims.resolve(claims.load(root, c.file), c.path) is not None
 
@@ -540,8 +542,6 @@ def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
 
 
 def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, monkeypatch):
-    from serieskit.checks import lint
-
     def missing() -> None:
         raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
 
@@ -576,7 +576,6 @@ def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
 
 def test_line_map_follows_later_changes(tmp_path):
     from conftest import commit_file
-    from serieskit.pr import prbody
 
     repo = tmp_path / "r"
     git.git(None, "init", "-q", str(repo))

@@ -14,6 +14,7 @@ from conftest import REPO_ROOT, quiet
 from serieskit import git, status
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
+from serieskit.pr.groups import read_groups
 from serieskit.series import base, series, target
 from serieskit.upstream import rebase
 
@@ -73,7 +74,7 @@ def test_every_pr_group_of_the_series_applies_alone(tmp_path):
     root = make_root(tmp_path, None, [])
     shutil.copy(REPO_ROOT / "patches" / "manifest.toml", root / "patches" / "manifest.toml")
     series.apply(root, log=quiet)
-    groups = pr.read_groups(root)
+    groups = read_groups(root)
     built = pr.build_branches(
         target.pin(root),
         series.work_repo(root),

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serieskit.errors import ToolkitError, failed
+from serieskit.series.base import cache_dir
 
 SRC_DIR = "csrc/sm7x"
 MODULE = "_sm7x_C"
@@ -165,8 +166,6 @@ CUDA12 = ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia-cuda-runtime-cu12==12.9.79"
 
 def cuda12_toolchain(log=print) -> tuple[Path, Path]:
     """(libnvrtc, CUDA include dir) of the cached CUDA 12 environment."""
-    from serieskit.series.base import cache_dir
-
     env = cache_dir().parent / "cuda12"
     site = env / "site"
     lib = site / "nvidia" / "cuda_nvrtc" / "lib" / "libnvrtc.so.12"

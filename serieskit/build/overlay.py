@@ -27,8 +27,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from serieskit import results
 from serieskit.errors import ToolkitError, failed
-from serieskit.pr import claims
 from serieskit.series import base, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
@@ -257,7 +257,7 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
         head = State.load(t).head or "?"
         tests = series.test_files(t)
         extra = ["csrc/sm7x", *tests, *test_helpers(tree, tests)]
-        block = claims.series_block(tree, State.load(t).base or "", head, t.version)
+        block = results.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(
             tree, dest, t.version, head, extra, log=log, tree_id=block["tree"], files=block["files"]

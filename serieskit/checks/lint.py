@@ -37,7 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
+from serieskit.checks import layering
 from serieskit.errors import ToolkitError
+from serieskit.series import series, target
+from serieskit.series.base import cache_dir
+from serieskit.state import State
 
 PRE_COMMIT = "pre-commit==4.7.0"
 PYYAML = "PyYAML==6.0.3"
@@ -253,8 +257,6 @@ def _checkout(repo: Path, dest: Path, commit: str) -> Path:
 
 def pre_commit_home() -> Path:
     """pre-commit's hook environments, beside the toolkit's other caches."""
-    from serieskit.series.base import cache_dir
-
     return cache_dir().parent / "pre-commit"
 
 
@@ -406,10 +408,6 @@ def require_tools() -> None:
 def session(where, log=print) -> None:
     """``nox -s lint``: the applied series (the pin's or a port's) through its
     tree's own hooks."""
-    from serieskit.checks import layering
-    from serieskit.series import series, target
-    from serieskit.state import State
-
     t = target.of(where)
     tree = series.applied_tree(t)
     base_commit = State.load(t).base  # a local: mypy keeps its narrowing in the closure

@@ -52,23 +52,6 @@ def resolve(data: object, path: str) -> object:
     return node
 
 
-def series_block(tree: Path, base_commit: str, commit: str, base_version: str) -> dict:
-    """The ``series`` header of a run of ``commit`` in the work tree: its tree and
-    the blob of every file the series changes (for the GPU machine's writers)."""
-    from serieskit import git
-
-    changed = git.git(tree, "diff", "--name-only", base_commit, commit).split()
-    listing = git.git(tree, "ls-tree", "-r", commit, "--", *changed) if changed else ""
-    files = {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines()}
-    return {
-        "base": f"vllm=={base_version}",
-        "commit": commit,
-        "tree": git.git(tree, "rev-parse", f"{commit}^{{tree}}").strip(),
-        "files": dict(sorted(files.items())),
-        "files_from": f"git ls-tree of {commit[:12]} in the work tree",
-    }
-
-
 def load(root: Path, file: str) -> dict:
     path = root / file
     data = json.loads(path.read_text())

@@ -14,7 +14,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from serieskit.pr import claims
+from serieskit import git
+from serieskit.pr import claims, duplicates, groups
 from serieskit.series import series
 from serieskit.state import WORK
 
@@ -313,9 +314,6 @@ def _ranges(lines: list[int]) -> str:
 
 
 def _diff(tree: Path, lower: str, head: str) -> dict:
-    from serieskit import git
-    from serieskit.pr import duplicates
-
     return duplicates.parse_diff(git.git(tree, "diff", "-U0", "--no-color", lower, head))
 
 
@@ -354,8 +352,6 @@ def line_map(tree: Path, head: str, ran: str, path: str) -> dict[int, int | None
     """``path``'s lines at ``head`` -> its line at ``ran`` (the commit a
     coverage run measured; None: a line that ``head..ran`` changes), for
     the lines up to the end of the file at ``head``."""
-    from serieskit import git
-
     diff = git.git(tree, "diff", "-U0", "--no-color", head, ran, "--", path)
     found = [m.groups() for m in map(_HUNK.match, diff.splitlines()) if m]
     hunks = [(int(o), int(oc or 1), int(nc or 1)) for o, oc, _, nc in found]
@@ -379,8 +375,6 @@ def _measured_at(
 ) -> tuple[dict[int, int | None] | None, str | None]:
     """(head line -> the report's line, None when identical; why the report
     cannot speak for the file's lines at ``head``, or None)."""
-    from serieskit import git
-
     series = report.get("series")
     if not isinstance(series, dict):
         return None, "the report names no series"
@@ -450,7 +444,6 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
     --show-contexts``), one per machine, in .work/pr/coverage/<machine>.json
     (``nox -s test -- --coverage``; the GPU machine's gpu/run_tests.py with
     COVERAGE=1)."""
-    from serieskit.pr import pr
 
     folder = root / WORK / "pr" / "coverage"
     reports = sorted(folder.glob("*.json")) if folder.is_dir() else []
@@ -461,7 +454,7 @@ def line_coverage(root: Path, tree: Path, lower: str, head: str) -> str:
             "`COVERAGE=1` in the GPU runs), so no changed line is claimed as executed."
         )
     changed = changed_lines(tree, lower, head)
-    blobs = pr.head_blobs(tree, [head], sorted(changed))
+    blobs = groups.head_blobs(tree, [head], sorted(changed))
     rows = []
     for report in reports:
         data = json.loads(report.read_text())
