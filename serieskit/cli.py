@@ -20,7 +20,7 @@ from serieskit.build import build, overlay
 from serieskit.checks import docs, lint, runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
-from serieskit.series import safety, series, target
+from serieskit.series import apply, export, resume, safety, series, target
 from serieskit.series.target import Target
 from serieskit.upstream import carry, rebase, rebase_check
 
@@ -34,13 +34,13 @@ def cmd_apply(args: argparse.Namespace, t: Target) -> None:
             "as it is, --force starts over from the patch files"
         )
     if args.cont:
-        series.cont(t)
+        resume.cont(t)
     else:
-        series.apply(t, force=args.force)
+        apply.apply(t, force=args.force)
 
 
 def cmd_export(args: argparse.Namespace, t: Target) -> None:
-    if series.export(t, check=args.check, force=args.force) and args.check:
+    if export.export(t, check=args.check, force=args.force) and args.check:
         raise ToolkitError(
             f"{t.patches_label}/ differs from the work tree: run `{t.cmd('export')}`"
         )

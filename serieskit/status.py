@@ -8,7 +8,7 @@ from pathlib import Path
 
 from serieskit import git
 from serieskit.errors import ToolkitError
-from serieskit.series import base, safety, series, target
+from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
 from serieskit.upstream import carry, rebase
@@ -95,7 +95,7 @@ def status(where: Path | Target, log=print) -> dict:
             f"a git am is in progress there: resolve, `git add`, `git -C {repo} am --continue`, "
             f"then `{t.cmd('apply', '--continue')}`"
             if git.operation_in_progress(repo) == "am"
-            else series.stopped_ways(t, state)
+            else apply.stopped_ways(t, state)
         )
         log(
             f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "

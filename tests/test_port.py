@@ -12,7 +12,7 @@ from serieskit.build import build, overlay
 from serieskit.checks import runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
-from serieskit.series import base, safety, series, target
+from serieskit.series import apply, base, export, safety, series, target
 from serieskit.state import State
 from serieskit.upstream import carry
 
@@ -60,7 +60,7 @@ def write_series(t, patches) -> None:
     (t.patches / "series").write_text("")
     shutil.rmtree(t.work, ignore_errors=True)
     t.state_file.unlink(missing_ok=True)
-    series.apply(t, log=quiet)
+    apply.apply(t, log=quiet)
     for name, subject, edit in patches:
         commit_named(
             t.work,
@@ -71,7 +71,7 @@ def write_series(t, patches) -> None:
             subject,
             name,
         )
-    series.export(t, log=quiet)
+    export.export(t, log=quiet)
 
 
 class Edit:
@@ -191,8 +191,8 @@ def test_apply_port_makes_its_own_tree_and_round_trips(pinport):
     before = {p.name: p.read_bytes() for p in port.patches.glob("*.patch")}
     shutil.rmtree(port.work)
     port.state_file.unlink()
-    series.apply(port, log=quiet)
-    assert series.export(port, check=True, log=quiet) == []
+    apply.apply(port, log=quiet)
+    assert export.export(port, check=True, log=quiet) == []
     assert {p.name: p.read_bytes() for p in port.patches.glob("*.patch")} == before
 
 
@@ -216,10 +216,10 @@ def test_port_apply_refuses_over_work_and_keeps_it_with_force(pinport):
     with pytest.raises(
         ToolkitError, match=f"commit your changes and run `nox -s export -- --port {PORT}`"
     ):
-        series.apply(port, force=False, log=quiet)
+        apply.apply(port, force=False, log=quiet)
     # The pin's tree is another tree: its apply goes on.
-    series.apply(pin, log=quiet)
-    series.apply(port, force=True, log=quiet)
+    apply.apply(pin, log=quiet)
+    apply.apply(port, force=True, log=quiet)
     assert git.git(port.work, "stash", "list").count("saved by apply --force") == 1
     assert "return 100" in (port.work / F0).read_text()
 
@@ -240,7 +240,7 @@ def test_port_export_refuses_over_changed_port_patches(pinport):
         match=f"ports/{PORT}/ changed since the work tree was "
         f"made from it: `nox -s apply -- --port {PORT}`",
     ):
-        series.export(port, log=quiet)
+        export.export(port, log=quiet)
 
 
 # --- carry --check -----------------------------------------------------------------
@@ -391,7 +391,7 @@ def test_carry_applies_the_interdiff_to_the_port(pinport):
     assert subjects == ["[Kernel] Change f0", "[Kernel] Add a kernel"]  # fixed up, not added
     port_patch = next(port.patches.glob("0001-*.patch")).read_text()
     assert "+    return 101" in port_patch and "Patch-Name: f0" in port_patch
-    assert series.export(port, check=True, log=quiet) == []
+    assert export.export(port, check=True, log=quiet) == []
     carry.check(pin, port, log=quiet)
     # Nothing lost: the port as it was is under a backup ref.
     backups = git.git(
@@ -445,7 +445,7 @@ def carry_with_a_conflict_resolved(pin, port) -> None:
     assert f"`nox -s carry -- {PORT} --continue`" in out
     # While it is stopped, the port's other sessions refuse, and status says where it is.
     with pytest.raises(ToolkitError, match=f"carry -- {PORT} --continue"):
-        series.export(port, log=quiet)
+        export.export(port, log=quiet)
     assert any("in a carry of the pin's changes" in line for line in _status_lines(port))
     resolved = (port.work / F0).read_text()
     resolved = (

@@ -16,7 +16,7 @@ from serieskit.checks import lint
 from serieskit.errors import ToolkitError
 from serieskit.pr import claims, duplicates, pr, prbody
 from serieskit.pr.groups import read_groups
-from serieskit.series import base, series
+from serieskit.series import apply, base, export, series
 from serieskit.state import State
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pr"
@@ -130,7 +130,7 @@ def make_root(
     commit = base.import_sdist(scratch, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
     base.write_pin(root, base.Pin("0.0.2", sha, commit))
     shutil.rmtree(scratch)
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     env = {
         "GIT_AUTHOR_NAME": "Ada",
@@ -155,7 +155,7 @@ def make_root(
             env=env,
         )
     (root / "patches" / "manifest.toml").write_text(manifest(groups))
-    series.export(root, log=quiet)
+    export.export(root, log=quiet)
     (root / "overview").mkdir()
     for g in ("host", "overlap"):
         (root / "overview" / f"{g}.md").write_text(

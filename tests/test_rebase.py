@@ -10,7 +10,7 @@ from test_series import make_series
 from conftest import BASE_FILES, add_release, commit_file, quiet
 from serieskit import git, status
 from serieskit.errors import ToolkitError
-from serieskit.series import base, safety, series
+from serieskit.series import apply, base, safety, series
 from serieskit.state import State
 from serieskit.upstream import rebase
 
@@ -48,9 +48,9 @@ def test_apply_after_a_rebase_without_pin_keeps_the_rebased_series(root, cache):
     repo = series.work_repo(root)
     rebased = git.rev(repo, "HEAD")
     with pytest.raises(ToolkitError, match="rebased onto 0.0.2"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     assert git.rev(repo, "HEAD") == rebased
-    series.apply(root, force=True, log=quiet)
+    apply.apply(root, force=True, log=quiet)
     backups = git.git(repo, "for-each-ref", "--format=%(objectname)", safety.BACKUP_REF).split()
     assert backups == [rebased]
     assert (repo / "setup.py").read_text() == BASE_FILES["setup.py"]
@@ -64,7 +64,7 @@ def test_update_pin_moves_pin_and_patches(root, cache):
     assert pin.version == "0.0.2" and pin.sha256 == sha
     assert pin.commit == git.rev(series.work_repo(root), base.base_ref("0.0.2"))
     # The moved series applies from scratch on the new pin.
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     lines = []
     status.status(root, log=lines.append)
     assert "patches:   the work tree matches patches/" in lines
@@ -85,7 +85,7 @@ def test_conflict_stops_with_instructions_then_abort_loses_nothing(root, cache):
     assert "--conflict=zdiff3 -- vllm/utils.py" in out
     assert "nox -s rebase -- --continue" in out and "nox -s rebase -- --abort" in out
     with pytest.raises(ToolkitError, match="rebase is stopped"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     rebase.abort(root, log=quiet)
     assert git.rev(repo, "HEAD") == head
     assert git.operation_in_progress(repo) is None and not git.dirty_files(repo)
@@ -163,7 +163,7 @@ def test_a_resolution_is_made_once(root, cache):
     assert len(records) == 1 and (records[0] / "postimage").exists()
     # Elsewhere: a work tree on the pin without rerere's own cache, the same
     # rebase, no hand work.
-    series.apply(root, force=True, log=quiet)
+    apply.apply(root, force=True, log=quiet)
     shutil.rmtree(git.gitdir(repo) / "rr-cache")
     lines = []
     second = rebase.start(root, "vllm==0.0.3", log=lines.append)

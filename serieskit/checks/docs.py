@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import git
 from serieskit.errors import ToolkitError, failed
-from serieskit.series import safety, series, target
+from serieskit.series import export, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
 
@@ -159,7 +159,7 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
         log(f"docs: {OUTPUT} is up to date")
         return
     state = State.load(t)
-    series.require_exportable(t, state)
+    export.require_exportable(t, state)
     assert state.base
     head = git.rev(tree, "HEAD")
     if amend(tree, state.base, log=log):
@@ -168,4 +168,4 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
             f"docs: the series before regeneration is kept as "
             f"{safety.backup_ref(tree, head, 'docs')}"
         )
-        series.export(t, log=log)
+        export.export(t, log=log)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from serieskit import git
 from serieskit.errors import ToolkitError, failed
-from serieskit.series import base, safety, series
+from serieskit.series import apply, base, export, safety, series
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase
@@ -424,10 +424,10 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
     git.require_version()
     pins = pin_patches(pin)
     carried = read_carried(port)
-    series.apply(port, force=force, log=log)  # a no-op when current; refuses over your work
+    apply.apply(port, force=force, log=log)  # a no-op when current; refuses over your work
     repo = port.work
     state = State.load(port)
-    series.require_exportable(port, state)
+    export.require_exportable(port, state)
     assert state.base and state.head
     in_port = series.commit_names(repo, state.base)
     p = plan(pins, carried, {n for _, _, n in in_port if n})
@@ -619,7 +619,7 @@ def finish(port: Target, log=print) -> None:
     state.applied = state.total = len(git.commits(repo, f"{state.base}..HEAD"))
     state.save(port)
     backup = safety.backup_ref(repo, rb.old_head, "carry")
-    series.export(port, log=log)
+    export.export(port, log=log)
     write_carried(port, rb.carried, log)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
     log(

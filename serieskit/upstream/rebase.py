@@ -25,7 +25,7 @@ from pathlib import Path
 
 from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
-from serieskit.series import base, safety, series, target
+from serieskit.series import base, export, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase_check
@@ -201,7 +201,7 @@ def update_pin(root: Path, log=print) -> None:
             f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
             f"set the torch vLLM {rb.version} pins"
         )
-    series.export(root, force=True, log=log)
+    export.export(root, force=True, log=log)
 
 
 def _fetch_git(repo: Path, url: str, ref: str, log) -> str:
