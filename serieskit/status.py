@@ -11,7 +11,7 @@ from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import carry, rebase
+from serieskit.upstream import carry_record, rebase
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -127,7 +127,11 @@ def _port_lines(pin: Target, info: dict, log) -> None:
     for port in base.read_ports(pin.root):
         try:
             t = target.port(pin.root, port.version)
-            p = carry.plan(carry.pin_patches(pin), carry.read_carried(t), carry.port_names(t))
+            p = carry_record.plan(
+                carry_record.pin_patches(pin),
+                carry_record.read_carried(t),
+                carry_record.port_names(t),
+            )
             lags = [x.name for x in p.changed + p.new] + p.dropped + p.unrecorded
         except ToolkitError as e:
             lags = [f"({e})"]

@@ -14,7 +14,7 @@ from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
 from serieskit.checks import lint
 from serieskit.errors import ToolkitError
-from serieskit.pr import claims, duplicates, pr, prbody
+from serieskit.pr import branches, claims, coverage, duplicates, pr
 from serieskit.pr.groups import read_groups
 from serieskit.series import apply, base, export, series
 from serieskit.state import State
@@ -387,9 +387,9 @@ def test_versions_and_range_diff(tmp_path, cache):
 
 def test_resign_message_and_arguments(tmp_path, cache):
     msg = f"[Kernel] X\n\nWhy.\n\n{PLACEHOLDER}\n{series.NAME_TRAILER}: x\n"
-    once = pr.resign_message(msg, WHO)
+    once = branches.resign_message(msg, WHO)
     assert once == f"[Kernel] X\n\nWhy.\n\nSigned-off-by: {WHO}\n"
-    assert pr.resign_message(once, WHO) == once
+    assert branches.resign_message(once, WHO) == once
     assert pr.TITLE.match("[Kernel][Attention] Turing prefill")
     assert not pr.TITLE.match("[Kernel]Turing") and not pr.TITLE.match("Turing [Kernel]")
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
@@ -581,4 +581,4 @@ def test_line_map_follows_later_changes(tmp_path):
     git.git(None, "init", "-q", str(repo))
     head = commit_file(repo, "m.py", "a\nb\nc\nd\n", "pr head")
     ran = commit_file(repo, "m.py", "new\na\nB\nc\nd\nmore\n", "a later PR")
-    assert prbody.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}
+    assert coverage.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}

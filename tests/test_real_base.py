@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO_ROOT, quiet
 from serieskit import git, status
 from serieskit.errors import ToolkitError
-from serieskit.pr import pr
+from serieskit.pr import branches
 from serieskit.pr.groups import read_groups
 from serieskit.series import apply, base, export, series, target
 from serieskit.upstream import rebase
@@ -75,7 +75,7 @@ def test_every_pr_group_of_the_series_applies_alone(tmp_path):
     shutil.copy(REPO_ROOT / "patches" / "manifest.toml", root / "patches" / "manifest.toml")
     apply.apply(root, log=quiet)
     groups = read_groups(root)
-    built = pr.build_branches(
+    built = branches.build_branches(
         target.pin(root),
         series.work_repo(root),
         groups,
