@@ -32,6 +32,9 @@ PRE_COMMIT = "pre-commit==4.7.0"
 TOOLKIT = "filelock>=3.12"
 GITPYTHON = "GitPython==3.2.1"  # the pr session reads commits, trailers and refs with it
 MATPLOTLIB = "matplotlib==3.11.2"  # bench/plots.py (its test draws the committed results)
+# tests/test_layout.py runs the toolkit's import-layer contract (pyproject.toml),
+# as the import-linter hook of .pre-commit-config.yaml does, at the same pin.
+IMPORT_LINTER = "import-linter==2.17"
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -136,8 +139,10 @@ def test(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """What CI runs: the toolkit's own checks and tests, apply, export
     round-trip, build, docs --check, lint and the series' CPU tests."""
-    session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, runner.COVERAGE, MATPLOTLIB, *LINT)
-    # The toolkit's own code first: ruff check, ruff format and mypy (lint_toolkit).
+    session.install(
+        TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, runner.COVERAGE, MATPLOTLIB, IMPORT_LINTER, *LINT
+    )
+    # The toolkit's own code first: ruff, mypy and its import layers (lint_toolkit).
     session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
     session.run("python", "-m", "serieskit", "apply")

@@ -1,6 +1,7 @@
-"""The header every results file starts with (results/README.md, schema
-``vllm-series-results/1``), made in one place for every writer: the GPU
-machine's (bench/, e2e/, gpu/run_tests.py) and the toolkit's (runner).
+"""Results files: the header every one starts with, made here for every writer.
+
+The schema is ``vllm-series-results/1`` (results/README.md); the writers are
+the GPU machine's (bench/, e2e/, gpu/run_tests.py) and the toolkit's (runner).
 
 Only the standard library and the toolkit's modules that need no more
 (``errors``, ``git``, ``state``) at import time: the GPU machine runs the

@@ -1,5 +1,8 @@
-"""``nox -s status``: how the work tree relates to the pin and patches/, and
-the commands that are valid from here (never one that would refuse)."""
+"""``nox -s status``: how the work tree relates to the pin and patches/.
+
+It also names the commands that are valid from here (never one that would
+refuse).
+"""
 
 from __future__ import annotations
 
