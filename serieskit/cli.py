@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from serieskit import results, status
-from serieskit.build import build, overlay
+from serieskit.build import build, overlay, recipe
 from serieskit.checks import docs, lint, runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
@@ -97,7 +97,7 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
     build.session(
         tree,
         out,
-        archs=tuple(args.arch or build.ALL_ARCHS),
+        archs=tuple(args.arch) if args.arch else None,
         ptx=args.ptx,
         link=args.link,
         report=args.report or out / "report.json",
@@ -248,7 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     bd = command("build", cmd_build, "compile the series' native code", port=True)
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
-    bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
+    bd.add_argument(
+        "--arch", action="append", choices=recipe.native().archs, help="(build/recipe.toml)"
+    )
     bd.add_argument(
         "--full", action="store_true", help="build and install the whole patched vLLM for 7.0 / 7.5"
     )

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from serieskit.build import build
+from serieskit.build import build, recipe
 from serieskit.errors import ToolkitError
 
 PTXAS = """\
@@ -26,7 +26,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 def tree_with(tmp_path, files):
-    src = tmp_path / "tree" / build.SRC_DIR
+    src = tmp_path / "tree" / recipe.native().sources
     src.mkdir(parents=True)
     for name, text in files.items():
         (src / name).write_text(text)

@@ -58,7 +58,7 @@ def test_the_layers_contract_names_every_part_of_the_package():
     assert parts == named
 
 
-@pytest.mark.parametrize("container", ["series", "pr", "upstream", "checks"])
+@pytest.mark.parametrize("container", ["series", "pr", "upstream", "checks", "build"])
 def test_each_subpackage_contract_names_its_modules(container):
     contract = _contracts()[container]
     named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
