@@ -47,7 +47,8 @@ def onto_target(root: Path, onto: str | None) -> Target:
         return target.port(root, m.group(1))
     raise ToolkitError(
         f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
-        f"(.work/vllm); port it first (a [[port]] in pin.toml, README: the port)"
+        "(.work/vllm); port it first (a [[port]] in pin.toml; "
+        'README: "Ports: moving to the next release")'
     )
 
 

@@ -170,7 +170,8 @@ def write_pin(root: Path, pin: Pin) -> None:
 def _port_table(port: Port) -> str:
     return (
         "\n# A port of the series to another release, kept beside the pin\n"
-        "# (README: Ports): its base as above, and its patch folder.\n"
+        '# (README: "Ports: moving to the next release"): its base as above,\n'
+        "# and its patch folder.\n"
         "[[port]]\n"
         f'version = "{port.version}"\n'
         f'sha256 = "{port.sha256}"\n'

@@ -302,7 +302,7 @@ def layering_acknowledged(where: Where) -> dict[str, str]:
     declared: dict[str, str] = {}
     for entry in read_manifest(where):
         for path, why in entry.get("layering", {}).items():
-            declared[path] = f"{entry.get('name')}: {why}"
+            declared[path] = f"{entry.get('name', 'an unnamed patch')}: {why}"
     return declared
 
 

@@ -76,7 +76,7 @@ def port(root: Path, version: str) -> Target:
         listed = ", ".join(p.version for p in ports) or "none"
         raise ToolkitError(
             f"pin.toml lists no port to vLLM {version} (ports: {listed}): "
-            "add a [[port]] table (README: Ports)"
+            'add a [[port]] table (README: "Ports: moving to the next release")'
         )
     folder = root / found.patches
     if not folder.is_dir():
