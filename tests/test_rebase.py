@@ -173,7 +173,11 @@ def test_a_resolution_is_made_once(root, cache):
     assert second != first  # one report per run
 
 
-def test_abort_keeps_the_resolutions_made_so_far(root, cache):
+def test_abort_leaves_the_patch_folder_as_it_was_and_keeps_the_resolutions(root, cache):
+    """--abort is back to before: patches/resolutions/ holds what it held
+    (here one record of an earlier rebase) and nothing new; the resolution
+    made before the abort stays in the work tree's rerere cache, so the same
+    rebase again resolves that step by itself."""
     repo = make_series(
         root,
         [
@@ -182,6 +186,16 @@ def test_abort_keeps_the_resolutions_made_so_far(root, cache):
             ("setup.py", "print('series')\n", "[Build] Change setup"),
         ],
     )
+    earlier = root / "patches" / rebase.RESOLUTIONS / ("e" * 40)
+    earlier.mkdir(parents=True)
+    for name in ("preimage", "postimage"):
+        (earlier / name).write_text(f"an earlier rebase's {name}\n")
+
+    def folder() -> dict[str, str]:
+        res = root / "patches" / rebase.RESOLUTIONS
+        return {str(p.relative_to(res)): p.read_text() for p in res.rglob("*") if p.is_file()}
+
+    before = folder()
     add_release(cache, "0.0.3", {**CONFLICTING, "setup.py": "print('upstream')\n"})
     with pytest.raises(ToolkitError):
         rebase.start(root, "vllm==0.0.3", log=quiet)
@@ -191,8 +205,15 @@ def test_abort_keeps_the_resolutions_made_so_far(root, cache):
         rebase.cont(root, log=quiet)  # the second stop: setup.py
     lines: list[str] = []
     rebase.abort(root, log=lines.append)
-    assert any("1 resolution(s) recorded" in line for line in lines)
-    assert len(list((root / "patches" / rebase.RESOLUTIONS).iterdir())) == 1
+    assert folder() == before
+    assert any("rr-cache" in line and "reuses" in line for line in lines), lines
+    lines.clear()
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.3", log=lines.append)
+    assert any("resolved by a recorded resolution" in line for line in lines), lines
+    assert "setup.py" in " ".join(git.git(repo, "diff", "--name-only", "--diff-filter=U").split())
+    rebase.abort(root, log=quiet)
+    assert folder() == before
 
 
 def test_classify_separates_own_lines_from_moved_context():

@@ -147,8 +147,10 @@ def cont(where: Path | Target, log=print, finish=None):
 
 
 def abort(where: Path | Target, log=print) -> None:
-    """Back to where the rebase (or carry) started; commits it already made
-    (resolutions included) are kept under a backup ref."""
+    """Back to where the rebase (or carry) started, the patch folder as it was
+    (its resolutions/ included); commits it already made are kept under a
+    backup ref, and the conflicts resolved so far stay in the work tree's
+    rerere cache, where the next rebase or carry finds them."""
     t = target.of(where)
     repo = t.work
     state = State.load(t)
@@ -166,7 +168,12 @@ def abort(where: Path | Target, log=print) -> None:
         log(f"{kind}: the patches already moved onto {rb.target} are kept as {ref}")
     if git.operation_in_progress(repo) == "rebase":
         git.git(repo, "rebase", "--abort")
-    save_resolutions(t, repo, log)  # the stops already resolved need no second hand
+    if resolved := len(rb.resolved):
+        log(
+            f"{kind}: the {resolved} conflict step(s) resolved so far stay in "
+            f"{git.gitdir(repo) / 'rr-cache'}: the next {kind} in this work tree reuses them "
+            f"({t.patches_label}/{RESOLUTIONS}/ gets them when one finishes)"
+        )
     if git.rev(repo, "HEAD") != rb.old_head:
         git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
