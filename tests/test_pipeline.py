@@ -173,8 +173,9 @@ class CiSession(FakeSession):
     def run(self, *args, **kw) -> None:
         self.ran.append(args)
 
-    def install(self, *args, **kw) -> None:
+    def install(self, *args, silent: bool = True) -> None:
         self.ran.append(("pip install", *args))
+        self.silent = silent  # pip's own lines are the progress
 
     def log(self, text: str) -> None:
         self.logged.append(text)
@@ -199,3 +200,18 @@ def test_nox_ci_session_runs_the_pipeline_file(tmp_path, monkeypatch):
     write(root, TWO.replace("budget_s = 10", "budget_s = -1"))
     with pytest.raises(SessionFailed, match="budget_s is not positive"):
         noxfile.ci(CiSession([]))
+
+
+def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(root, monkeypatch):
+    pytest.importorskip("nox")
+    noxfile = _load_noxfile()
+    monkeypatch.setattr(noxfile, "ROOT", root)
+    requirements = ["torch==9.9", "-r", "r.txt"]
+    monkeypatch.setattr(noxfile.series, "test_requirements", lambda t: requirements)
+    session = CiSession([])
+    noxfile.test(session)
+    (line,) = session.logged
+    assert line.startswith("installing the series' test requirements: ")
+    assert "torch==9.9 -r r.txt" in line and "several minutes on a first run" in line
+    assert session.ran[0][0] == "pip install" and "torch==9.9" in session.ran[0]
+    assert session.silent is False

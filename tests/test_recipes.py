@@ -127,8 +127,11 @@ def test_the_gpu_loads_follow_overlays_gpu_toml(toolkit, tmp_path, cache, monkey
     monkeypatch.setattr(overlay.subprocess, "run", fake_run)
     tree = make_tree(tmp_path / "tree")
     add_wheel(cache, "9.1.0", b"core")
-    overlay.pack_gpu(tree, tmp_path / "gpu", "9.1.0", "a", log=lambda *a: None)
+    lines: list[str] = []
+    overlay.pack_gpu(tree, tmp_path / "gpu", "9.1.0", "a", log=lines.append)
     (cmd,) = calls
+    n = len(recipe.gpu().wheels)
+    assert f"gpu: downloading the {n} wheels the GPU image lacks (overlays/gpu.toml)" in lines
     assert cmd[cmd.index("--python-version") + 1] == "3.13"
     assert cmd[-1] == "only-here==1.0"
     assert cmd.count("--platform") == len(recipe.gpu().platforms)

@@ -135,6 +135,7 @@ def pack_gpu(
     whl = p2 / "whl"
     whl.mkdir()
     plats = [arg for p in gpu.platforms for arg in ("--platform", p)]
+    log(f"gpu: downloading the {len(gpu.wheels)} wheels the GPU image lacks ({recipe.GPU})")
     proc = subprocess.run(
         [
             sys.executable,

@@ -260,6 +260,18 @@ def pre_commit_home() -> Path:
     return cache_dir().parent / "pre-commit"
 
 
+def first_run_note() -> str | None:
+    """Said before pre-commit's first run with the toolkit's home, which
+    installs every hook's environment (minutes, silent until done)."""
+    home = pre_commit_home()
+    if (home / "db.db").exists():  # pre-commit's record of what it installed
+        return None
+    return (
+        f"lint: a first run installs the hooks' environments into {home} "
+        "(several minutes; later runs reuse them)"
+    )
+
+
 def pre_commit(tree: Path, config: Path, *args: str) -> str:
     env = {
         **os.environ,
@@ -359,6 +371,8 @@ def run(
     head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
     hooks = write_offline_config(head, config)
     log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
+    if note := first_run_note():
+        log(note)
     _verdicts(
         hooks, parse_results(pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD"))
     )

@@ -233,6 +233,7 @@ def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tupl
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")
+    log(f"base: downloading {name} through pip's index (once; cached in {path.parent})")
     try:
         info = _download(name, version, part)
         expected = sha256 or info.get("sha256")
