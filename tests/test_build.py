@@ -61,7 +61,9 @@ def test_no_native_code_says_so_and_succeeds(tmp_path):
 @needs_nvcc
 def test_kernel_compiles_with_a_resource_report(tmp_path):
     tree = tree_with(tmp_path, {"ok_sm75.cu": GOOD})
-    report = build.build(tree, tmp_path / "out", archs=("75",), ptx=True, log=lambda *a: None)
+    lines: list[str] = []
+    report = build.build(tree, tmp_path / "out", archs=("75",), ptx=True, log=lines.append)
+    assert lines[0].startswith("build: compiling 1 kernel file(s) with ")  # before it starts
     (usage,) = report.usage
     assert usage.arch == "75" and usage.registers > 0 and usage.spill_stores == 0
     if shutil.which("c++filt"):

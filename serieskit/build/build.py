@@ -349,6 +349,11 @@ def build(
             f"sm_{', sm_'.join(missing)}: linking a module for it needs a CUDA 12.x nvcc "
             "on PATH (or leave --link out to compile-check through CUDA 12 NVRTC)"
         )
+    if jobs:
+        log(
+            f"build: compiling {len(jobs)} kernel file(s) with {nvcc} "
+            f"(CUDA {report.nvcc['version']}), {os.cpu_count() or 2} at a time"
+        )
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs))
     if rtc_jobs:
