@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from serieskit import git
@@ -320,8 +321,6 @@ def publish(
             )
         log(f"pr: pushed {b.ref} to {remote} {branch}")
         if gh:
-            import subprocess
-
             dest = out_root / b.group.name
             cmd = [
                 "gh",
