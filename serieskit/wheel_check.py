@@ -44,7 +44,6 @@ def main(expected: str, prefix: Path) -> dict:
 
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-
     from vllm import _sm7x_ops
 
     loaded = _sm7x_ops.load()
@@ -61,7 +60,9 @@ def main(expected: str, prefix: Path) -> dict:
             namespace.host_reduce_kernel(0, inp[1:], out[1:])
         except RuntimeError as e:
             if "aligned" not in str(e):
-                fail(f"the host all-reduce's fake refused a misaligned input for another reason: {e}")
+                fail(
+                    f"the host all-reduce's fake refused a misaligned input for another reason: {e}"
+                )
         else:
             fail("the host all-reduce's fake took a misaligned input")
 

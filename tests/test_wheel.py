@@ -183,8 +183,10 @@ def test_wheel_is_the_release_plus_the_series(series_root, release):
     assert info["sm7x_C"] is None and info["released_wheel"]["omitted"] == []
     assert info["released_wheel"]["sha256"] == base.sha256_of(release)
     assert f"__version__ = version = {version!r}" in z.read("vllm/_version.py").decode()
-    assert z.read(f"vllm-{version}.dist-info/WHEEL").decode().endswith(
-        "Tag: cp38-abi3-manylinux_2_28_x86_64\n"
+    assert (
+        z.read(f"vllm-{version}.dist-info/WHEEL")
+        .decode()
+        .endswith("Tag: cp38-abi3-manylinux_2_28_x86_64\n")
     )
 
 
@@ -321,7 +323,9 @@ def test_torch_without_cuda_is_refused(series_root, release, monkeypatch, tmp_pa
     fake_nvcc(tmp_path, monkeypatch)
     torch = tmp_path / "torchless"
     (torch / "torch" / "version.py").parent.mkdir(parents=True)
-    (torch / "torch" / "__init__.py").write_text("__version__ = '2.14.1+cpu'\nfrom . import version\n")
+    (torch / "torch" / "__init__.py").write_text(
+        "__version__ = '2.14.1+cpu'\nfrom . import version\n"
+    )
     (torch / "torch" / "version.py").write_text("cuda = None\n")
     monkeypatch.syspath_prepend(str(torch))
     monkeypatch.delitem(sys.modules, "torch", raising=False)
@@ -476,9 +480,7 @@ def test_pack_release_carries_the_dist_info_and_the_small_generated_files(
 ):
     monkeypatch.setattr(wheel, "CARRY_GROUP_BYTES", 1024)
     _, folder = assemble_like_stage2(series_root, release, tmp_path / "gpu")
-    carried = sorted(
-        p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()
-    )
+    carried = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     info = f"vllm-{VERSION}.dist-info"
     assert carried == sorted(
         [f"{info}/{n}" for n in ("METADATA", "WHEEL", "entry_points.txt", "top_level.txt")]
