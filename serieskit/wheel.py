@@ -839,7 +839,15 @@ def build_module(tree: Path, out: Path, ptx: bool, log=print) -> Module:
             log(f"wheel: {so} is built from these sources with this toolchain: reused")
             return Module(so, done)
     shutil.rmtree(out, ignore_errors=True)  # the session's own build folder
-    report = build.build(tree, out, archs=archs, ptx=ptx, link=True, nvcc=nvcc, log=log)
+    try:
+        report = build.build(tree, out, archs=archs, ptx=ptx, link=True, nvcc=nvcc, log=log)
+    except ToolkitError as e:
+        first, _, details = str(e).partition("\n")
+        raise ToolkitError(
+            f"wheel: linking vllm._sm7x_C failed ({first}): fix the toolchain (CUDA headers "
+            f"and libraries under {Path(nvcc).resolve().parent.parent}), {NO_MODULE_HINT}"
+            + (f"\n{details}" if details else "")
+        ) from None
     if not report.module:
         raise ToolkitError(f"wheel: no module was linked from {src}")
     info = {**wanted, "sha256": base.sha256_of(so)}
@@ -867,10 +875,11 @@ def assemble(
     module: Module | None,
     dist: Path,
     toolkit: str | None = None,
+    p: Plan | None = None,
     log=print,
 ) -> Path:
     """Write the wheel into ``dist`` (atomically); return its path."""
-    p = plan(tree, source)
+    p = p or plan(tree, source)
     rel = source.release
     commit = tree.series["commit"]
     version = local_version(rel.version, commit, module is not None, bool(p.omitted))
@@ -966,7 +975,7 @@ def session(
     rel = read_release(t.root, t.version)
     source = open_release(rel, release, series_tree.root, log=log)
     try:
-        plan(series_tree, source)  # every file checked before the slow part
+        files = plan(series_tree, source)  # every file checked before the slow part
         built = (
             build_module(series_tree.root, t.out("wheel") / "sm7x", ptx, log=log)
             if module
@@ -978,6 +987,7 @@ def session(
             built,
             dist or t.root / DIST,
             toolkit=toolkit_commit(t.root),
+            p=files,
             log=log,
         )
     finally:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import types
 import zipfile
 from pathlib import Path
 
@@ -321,14 +322,10 @@ def test_no_cuda_toolkit_is_refused_with_the_way_on(series_root, release, monkey
 
 def test_torch_without_cuda_is_refused(series_root, release, monkeypatch, tmp_path, capsys):
     fake_nvcc(tmp_path, monkeypatch)
-    torch = tmp_path / "torchless"
-    (torch / "torch" / "version.py").parent.mkdir(parents=True)
-    (torch / "torch" / "__init__.py").write_text(
-        "__version__ = '2.14.1+cpu'\nfrom . import version\n"
-    )
-    (torch / "torch" / "version.py").write_text("cuda = None\n")
-    monkeypatch.syspath_prepend(str(torch))
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    cpu_torch = types.ModuleType("torch")
+    cpu_torch.__version__ = "2.14.1+cpu"  # type: ignore[attr-defined]
+    cpu_torch.version = types.SimpleNamespace(cuda=None)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", cpu_torch)  # a CPU build, for this test only
     line = refused(series_root, capsys=capsys)
     assert "torch 2.14.1+cpu" in line and "has no CUDA" in line and "--no-module" in line
 
@@ -420,6 +417,18 @@ def test_the_module_goes_in_and_is_reused(series_root, release, linker):
     so.write_bytes(b"tampered")
     wheel.session(series_root, ptx=True, log=quiet)
     assert len(linker) == 2
+
+
+def test_a_failed_link_names_the_way_on(series_root, release, linker, monkeypatch, capsys):
+    def fails(*_a, **_k):
+        raise ToolkitError("build: compiling k_ops.cpp failed:\n  cuda_runtime_api.h: no such file")
+
+    monkeypatch.setattr(build, "build", fails)
+    assert cli.run(["wheel"], series_root) == 1
+    first, *details = capsys.readouterr().err.strip().splitlines()
+    assert first.startswith("error: wheel: linking vllm._sm7x_C failed (build: compiling")
+    assert "--no-module" in first and details == ["  cuda_runtime_api.h: no such file"]
+    assert not (series_root / "dist").exists()
 
 
 def test_a_module_changed_during_the_session_is_refused(series_root, release, linker, monkeypatch):
