@@ -110,6 +110,14 @@ def overlay(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def wheel(session: nox.Session) -> None:
+    """dist/vllm-VERSION+series.gCOMMIT-*.whl: the released wheel's compiled modules,
+    the series' Python tree, vllm._sm7x_C (-- --no-module, --ptx, --verify, --tree,
+    --release). Linking the module needs nvcc and torch with CUDA in this Python."""
+    _toolkit(session, "wheel")
+
+
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Regenerate the runtime reference and amend it into its patch (-- --check)."""
     _toolkit(session, "docs")

@@ -88,6 +88,7 @@ def test_committed_pipeline_runs_what_ci_must():
         "python -m serieskit apply",
         "python -m serieskit export --check",
         "python -m serieskit build",
+        "python -m serieskit wheel --no-module --verify",
         "python -m serieskit docs --check",
         "python -m serieskit lint",
         "python -m serieskit test",

@@ -1,7 +1,8 @@
 """Integration on the real pinned base: vLLM sdists from the package index.
 
-These download vLLM 0.25.0, 0.26.0 and the pinned 0.33.0 once (about 38 MB
-each) into the toolkit's cache and reuse them afterwards.
+These download vLLM 0.25.0, 0.26.0 (about 38 MB each, the rebase fixtures'
+releases) and the pin's release (0.33.0, 47 MB) once into the toolkit's
+cache and reuse them afterwards.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ V25 = base.Pin(
     "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
     "99e7bcdde8efe309b449cb9c3c8e04075b882a00",
 )
-# 0.26.0's base commit (the pin's until vLLM 0.33.0): where the rebase lands.
-V26_COMMIT = "732efffa7103d31b2e64f5fa5aedc824c5ce8949"
+V26_COMMIT = "732efffa7103d31b2e64f5fa5aedc824c5ce8949"  # the base commit of vLLM 0.26.0's sdist
 
 
 @pytest.fixture(autouse=True)

@@ -1,1 +1,1 @@
-"""Making things from the series: its native module, the overlay on a released wheel."""
+"""Making things from the series: its native module, the overlay, an installable wheel."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from serieskit import results
 from serieskit.build import recipe
+from serieskit.build.wheel_release import pack_release
 from serieskit.errors import ToolkitError, failed
 from serieskit.series import base, series, target
 from serieskit.series.target import Target
@@ -105,6 +106,9 @@ def pack_gpu(
                     ti = tarfile.TarInfo(info.filename)
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
+        # For `serieskit wheel` there (gpu/serve.sh): the release's RECORD checks
+        # every compiled member the wheel takes from the assembled tree.
+        pack_release(z, version, tree, p2 / "release.tar.xz", skip=(gpu.core, gpu.flash_attn_dir))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
         tar.add(
             tree / "vllm",
