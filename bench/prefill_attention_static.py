@@ -96,7 +96,9 @@ def op_class(op: str) -> str:
 
 
 def _target(args: str) -> int:
-    return int(re.search(r"0x([0-9a-f]+)", args).group(1), 16)
+    """A branch's target address (-1 where it has none, e.g. a register)."""
+    m = re.search(r"0x([0-9a-f]+)", args)
+    return int(m.group(1), 16) if m else -1
 
 
 def key_loop(ins: list[tuple[int, str, str, str]]) -> dict | None:
@@ -105,7 +107,7 @@ def key_loop(ins: list[tuple[int, str, str, str]]) -> dict | None:
     barrier (the causal mask and the rescale)."""
     best = None
     for addr, _, op, args in ins:
-        if op == "BRA" and _target(args) < addr:
+        if op == "BRA" and 0 <= _target(args) < addr:
             body = [x for x in ins if _target(args) <= x[0] <= addr and x[2] != "NOP"]
             hmma = sum(x[2].startswith("HMMA") for x in body)
             if best is None or hmma > best[0]:
