@@ -143,7 +143,18 @@ def turing_ctas_per_sm(regs: int, threads: int, smem: int) -> int:
     return min(by_regs, by_smem, TURING_WARPS // (threads // 32))
 
 
-def analyse(report: build.Report, sass: str) -> list[dict]:
+def sm90_from_ptx(tree: Path, nvcc: str, out: Path) -> dict[str, build.Usage]:
+    """ptxas usage of the compute_75 PTX compiled for sm_90, as the H200's
+    driver compiles it for the benchmark (this nvcc's ptxas, not the
+    driver's), by function."""
+    kernel = build.Kernel(KERNEL, ("75",))
+    _, usage = build.compile_kernel(
+        nvcc, tree, kernel, (), False, out, ["-gencode=arch=compute_75,code=sm_90"]
+    )
+    return {u.function: u for u in usage if u.arch == "90"}
+
+
+def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> list[dict]:
     """One entry per head dim: traits, ptxas usage, HMMAs, key-loop census."""
     funcs = parse_sass(sass)
     rows = []
@@ -176,6 +187,12 @@ def analyse(report: build.Report, sass: str) -> list[dict]:
                 "dynamic_shared_bytes": smem,
                 "turing_ctas_per_sm": turing_ctas_per_sm(u.registers, threads, smem),
                 "hmma_in_kernel": sum(x[2].startswith("HMMA.1688.F32") for x in ins),
+                "sm90_from_compute75_ptx": {
+                    k: getattr(sm90[u.function], k)
+                    for k in ("registers", "spill_stores", "spill_loads", "stack_bytes")
+                }
+                if u.function in sm90
+                else None,
                 "hmma_per_warp_per_tile": (2 * hd * keys * 16 * mtiles) // (16 * 8 * 8),
                 "key_loop_per_warp_per_tile": loop,
             }
@@ -200,6 +217,18 @@ def figures(rows: list[dict]) -> dict:
             out[f"hd{hd}.{key}"] = results.figure(
                 r[key], unit, f"sm_75 kernel, head dim {hd}: {what}", f"{at}.{key}"
             )
+        if sm90 := r["sm90_from_compute75_ptx"]:
+            for key, unit, what in (
+                ("registers", "registers", "registers per thread"),
+                ("spill_stores", "bytes", "spill stores"),
+            ):
+                out[f"hd{hd}.sm90_from_ptx.{key}"] = results.figure(
+                    sm90[key],
+                    unit,
+                    f"head dim {hd}, compute_75 PTX compiled for sm_90 (the H200 benchmark's "
+                    f"build; this nvcc's ptxas): {what}",
+                    f"{at}.sm90_from_compute75_ptx.{key}",
+                )
         if r["key_loop_per_warp_per_tile"]:
             out[f"hd{hd}.key_loop_common_path"] = results.figure(
                 r["key_loop_per_warp_per_tile"]["common_path"],
@@ -237,7 +266,10 @@ def main() -> int:
         sass = subprocess.run(
             ["cuobjdump", "-sass", str(obj)], capture_output=True, text=True, check=True
         ).stdout
-    rows = analyse(report, sass)
+        sm90_dir = Path(tmp) / "sm90"
+        sm90_dir.mkdir()
+        sm90 = sm90_from_ptx(a.tree, report.nvcc["path"], sm90_dir)
+    rows = analyse(report, sass, sm90)
     for r in rows:
         loop = r["key_loop_per_warp_per_tile"] or {}
         print(
@@ -245,7 +277,8 @@ def main() -> int:
             f"{r['spill_stores']}/{r['spill_loads']} B, stack {r['stack_bytes']} B, "
             f"{r['dynamic_shared_bytes']} B shared, {r['turing_ctas_per_sm']} CTAs/SM, "
             f"{r['hmma_in_kernel']} HMMA; key loop per warp and tile: "
-            f"{r['hmma_per_warp_per_tile']} HMMA, {loop.get('common_path')} instructions"
+            f"{r['hmma_per_warp_per_tile']} HMMA, {loop.get('common_path')} instructions; "
+            f"sm_90 from the PTX: {r['sm90_from_compute75_ptx']}"
         )
     machine = {
         "name": "CPU",
@@ -268,6 +301,10 @@ def main() -> int:
         "nvcc": report.nvcc,
         "flags": "serieskit.build: -O3 -gencode arch=compute_75,code=sm_75, -Xptxas -v",
         "sass": "cuobjdump -sass of the sm_75 object",
+        "sm90_from_compute75_ptx": (
+            "ptxas -v of the compute_75 PTX compiled for sm_90 by this nvcc: what the "
+            "H200's driver JIT compiles for the benchmark (its ptxas may differ)"
+        ),
         "key_loop_method": (
             "the backward branch around the most HMMAs; common path: without the "
             "conditional blocks that hold no HMMA, LDG, STS, LDSM or BAR (the causal "
