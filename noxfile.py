@@ -15,9 +15,11 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from serieskit import cli, runner, series, target  # noqa: E402
+from serieskit import cli  # noqa: E402
+from serieskit.checks import pipeline, runner  # noqa: E402
+from serieskit.checks.lint import REQUIREMENTS as LINT  # noqa: E402 (`lint`: a session)
 from serieskit.errors import ToolkitError  # noqa: E402
-from serieskit.lint import REQUIREMENTS as LINT  # noqa: E402 (the session `lint` has the name)
+from serieskit.series import series, target  # noqa: E402
 
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
@@ -30,6 +32,18 @@ PRE_COMMIT = "pre-commit==4.7.0"
 TOOLKIT = "filelock>=3.12"
 GITPYTHON = "GitPython==3.2.1"  # the pr session reads commits, trailers and refs with it
 MATPLOTLIB = "matplotlib==3.11.2"  # bench/plots.py (its test draws the committed results)
+# tests/test_layout.py runs the toolkit's import-layer contract (pyproject.toml),
+# as the import-linter hook of .pre-commit-config.yaml does, at the same pin.
+IMPORT_LINTER = "import-linter==2.17"
+
+
+def _install(session: nox.Session, what: str, requirements: list[str], large: bool = False) -> None:
+    """pip install, saying first what (and, for torch and vLLM's requirements,
+    that it takes minutes); pip's own lines (collecting, downloading) are
+    its progress."""
+    took = " (several minutes on a first run: torch and its CUDA libraries are large)"
+    session.log(f"installing {what}: {' '.join(requirements)}" + (took if large else ""))
+    session.install(*requirements, silent=False)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -112,21 +126,22 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
-    session.install(TOOLKIT, GITPYTHON, *LINT)  # LINT: the target tree's pre-commit check
+    # LINT: the target tree's pre-commit check
+    _install(session, "the pr session's tools", [TOOLKIT, GITPYTHON, *LINT])
     session.run("python", "-m", "serieskit", "pr", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """The linted tree's own pre-commit hooks on what the series changes."""
-    session.install(TOOLKIT, *LINT)
+    _install(session, "the lint session's tools", [TOOLKIT, *LINT])
     session.run("python", "-m", "serieskit", "lint", *session.posargs)
 
 
 @nox.session
 def lint_toolkit(session: nox.Session) -> None:
-    """The toolkit's own code through its .pre-commit-config.yaml (ruff, mypy)."""
-    session.install(PRE_COMMIT)
+    """The toolkit's own code through its .pre-commit-config.yaml (ruff, mypy, import layers)."""
+    _install(session, "pre-commit", [PRE_COMMIT])
     session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure", *session.posargs)
 
 
@@ -134,34 +149,47 @@ def lint_toolkit(session: nox.Session) -> None:
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each
     (-- --port V; -- --coverage: under coverage.py, a report per machine for the pr session)."""
-    session.install(TOOLKIT, PYTEST, runner.COVERAGE, *series.test_requirements(_target(session)))
+    requirements = series.test_requirements(_target(session))
+    tools = [TOOLKIT, PYTEST, runner.COVERAGE]
+    _install(session, "the series' test requirements", tools + requirements, large=True)
     session.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """What CI runs: the toolkit's own checks and tests, apply, export
-    round-trip, build, docs --check, lint and the series' CPU tests."""
-    session.install(TOOLKIT, GITPYTHON, PYTEST, PRE_COMMIT, runner.COVERAGE, MATPLOTLIB, *LINT)
-    # The toolkit's own code first: ruff check, ruff format and mypy (lint_toolkit).
-    session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure")
-    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
-    session.run("python", "-m", "serieskit", "apply")
-    if requirements := series.test_requirements(ROOT):
-        session.install(*requirements)
-    # The wheel without vllm._sm7x_C (linking it wants torch's CUDA build and
-    # another compile of the kernels that `build` just checked), installed into
-    # a fresh virtual environment and checked there on the CPU.
-    steps = (
-        ["export", "--check"],
-        ["build"],
-        ["wheel", "--no-module", "--verify"],
-        ["docs", "--check"],
-        ["lint"],
-        ["test"],
-    )
-    for step in steps:
-        session.run("python", "-m", "serieskit", *step)
+    """What CI runs (.ci/run): the stages of ci/pipeline.toml, each timed against
+    its budget: the toolkit's own checks and tests, apply, export round-trip,
+    build, docs --check, lint and the series' CPU tests."""
+    installs = {
+        "ci": lambda: [
+            TOOLKIT,
+            GITPYTHON,
+            PYTEST,
+            PRE_COMMIT,
+            runner.COVERAGE,
+            MATPLOTLIB,
+            IMPORT_LINTER,
+            *LINT,
+        ],
+        "series": lambda: series.test_requirements(ROOT),
+    }
+
+    def install(what: str) -> None:
+        if requirements := installs[what]():
+            _install(session, f"{what!r} requirements", requirements, large=what == "series")
+
+    try:
+        stages = pipeline.load(ROOT, installs)
+        pipeline.run(
+            ROOT,
+            stages,
+            command=session.run,
+            install=install,
+            posargs=session.posargs,
+            log=session.log,
+        )
+    except ToolkitError as e:
+        session.error(str(e))
     for port in _ports(session):  # each in an environment of its own (its torch)
         session.notify("ci_port", posargs=[port.version])
 
@@ -176,12 +204,12 @@ def ci_port(session: nox.Session) -> None:
     if len(session.posargs) != 1:
         session.error("ci_port takes the port's release: nox -s ci_port -- VERSION")
     version = session.posargs[0]
-    session.install(TOOLKIT, PYTEST, *LINT)
+    _install(session, "the ci_port session's tools", [TOOLKIT, PYTEST, *LINT])
     port = ["--port", version]
     session.run("python", "-m", "serieskit", "apply")  # carry --check reads the pin's tree
     session.run("python", "-m", "serieskit", "apply", *port)
     if requirements := series.test_requirements(_target(session, version)):
-        session.install(*requirements)
+        _install(session, f"the port's test requirements ({version})", requirements, large=True)
     for step in (
         ["export", "--check", *port],
         ["carry", version, "--check"],

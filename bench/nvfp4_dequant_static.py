@@ -131,11 +131,12 @@ def compile_one(mod, triton, GPUTarget, layout: str, cc: int, groups: int) -> di
 
 
 def series_header(tree: Path) -> dict:
-    from serieskit import base, claims, git
+    from serieskit import git
+    from serieskit.series import base
 
     pin = base.read_pin(ROOT)
     head = git.git(tree, "rev-parse", "HEAD").strip()
-    block = claims.series_block(tree, pin.commit or "", head, pin.version)
+    block = results.series_block(tree, pin.commit or "", head, pin.version)
     dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
     if dirty:
         block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())

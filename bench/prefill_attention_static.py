@@ -35,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from serieskit import build, results  # noqa: E402
+from serieskit import results  # noqa: E402
+from serieskit.build import build  # noqa: E402
 
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
@@ -242,11 +243,12 @@ def figures(rows: list[dict]) -> dict:
 
 
 def series_header(tree: Path) -> dict:
-    from serieskit import base, claims, git
+    from serieskit import git
+    from serieskit.series import base
 
     pin = base.read_pin(ROOT)
     head = git.git(tree, "rev-parse", "HEAD").strip()
-    block = claims.series_block(tree, pin.commit or "", head, pin.version)
+    block = results.series_block(tree, pin.commit or "", head, pin.version)
     dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
     if dirty:
         block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())

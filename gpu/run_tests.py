@@ -21,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from serieskit import results, runner, series  # noqa: E402
+from serieskit import results  # noqa: E402
+from serieskit.checks import runner  # noqa: E402
+from serieskit.series import series  # noqa: E402
 
 
 def commands(files: list[str], select: str | None) -> list[str]:

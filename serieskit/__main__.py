@@ -1,3 +1,5 @@
+"""``python -m serieskit COMMAND``: the command line (:mod:`serieskit.cli`)."""
+
 import sys
 
 from serieskit.cli import run

@@ -6,7 +6,7 @@ module doing the job; every session holds the work tree's lock. Every failure
 is a ToolkitError: printed as ``error: ...``, exit status 1, no traceback.
 
 What a command acts on, the pin's series or a port (``--port VERSION``), is
-resolved here once into a :class:`~serieskit.target.Target` and passed down.
+resolved here once into a :class:`~serieskit.series.target.Target` and passed down.
 """
 
 from __future__ import annotations
@@ -15,22 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import (
-    build,
-    carry,
-    docs,
-    lint,
-    overlay,
-    rebase,
-    rebase_check,
-    runner,
-    safety,
-    series,
-    status,
-    target,
-)
+from serieskit import results, status
+from serieskit.build import build, overlay, recipe, wheel
+from serieskit.checks import docs, lint, runner
 from serieskit.errors import ToolkitError
-from serieskit.target import Target
+from serieskit.pr import pr
+from serieskit.series import apply, export, resume, safety, series, target
+from serieskit.series.target import Target
+from serieskit.upstream import carry, rebase, rebase_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,13 +34,13 @@ def cmd_apply(args: argparse.Namespace, t: Target) -> None:
             "as it is, --force starts over from the patch files"
         )
     if args.cont:
-        series.cont(t)
+        resume.cont(t)
     else:
-        series.apply(t, force=args.force)
+        apply.apply(t, force=args.force)
 
 
 def cmd_export(args: argparse.Namespace, t: Target) -> None:
-    if series.export(t, check=args.check, force=args.force) and args.check:
+    if export.export(t, check=args.check, force=args.force) and args.check:
         raise ToolkitError(
             f"{t.patches_label}/ differs from the work tree: run `{t.cmd('export')}`"
         )
@@ -105,7 +97,7 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
     build.session(
         tree,
         out,
-        archs=tuple(args.arch or build.ALL_ARCHS),
+        archs=tuple(args.arch) if args.arch else None,
         ptx=args.ptx,
         link=args.link,
         report=args.report or out / "report.json",
@@ -118,8 +110,6 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
     outcomes = runner.run_all(tree, series.test_files(t), t.out("test-results"), coverage=rc)
     if rc:
-        from serieskit import results
-
         dest = t.out("pr") / "coverage" / f"{slug}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
@@ -143,8 +133,6 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
-    from serieskit import wheel
-
     wheel.session(
         t,
         tree=args.tree,
@@ -157,8 +145,6 @@ def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_pr(args: argparse.Namespace, t: Target) -> None:
-    from serieskit import pr  # needs GitPython, which the `pr` session installs
-
     pr.session(
         t.root,
         args.onto,
@@ -274,7 +260,9 @@ def _parser() -> argparse.ArgumentParser:
     bd = command("build", cmd_build, "compile the series' native code", port=True)
     bd.add_argument("--ptx", action="store_true", help="add compute_75 PTX (newer GPUs)")
     bd.add_argument("--link", action="store_true", help="link the torch module (needs torch)")
-    bd.add_argument("--arch", action="append", choices=build.ALL_ARCHS)
+    bd.add_argument(
+        "--arch", action="append", choices=recipe.native().archs, help="(build/recipe.toml)"
+    )
     bd.add_argument(
         "--full", action="store_true", help="build and install the whole patched vLLM for 7.0 / 7.5"
     )

@@ -1,10 +1,12 @@
-"""The header every results file starts with (results/README.md, schema
-``vllm-series-results/1``), made in one place for every writer: the GPU
-machine's (bench/, e2e/, gpu/run_tests.py) and the toolkit's (runner).
+"""Results files: the header every one starts with, made here for every writer.
 
-Only the standard library at import time: the GPU machine runs the writers
-from a copy of this repository, with torch but without the toolkit's own
-requirements. torch and nvidia-smi are asked where present.
+The schema is ``vllm-series-results/1`` (results/README.md); the writers are
+the GPU machine's (bench/, e2e/, gpu/run_tests.py) and the toolkit's (runner).
+
+Only the standard library and the toolkit's modules that need no more
+(``errors``, ``git``, ``state``) at import time: the GPU machine runs the
+writers from a copy of this repository, with torch but without the
+toolkit's own requirements. torch and nvidia-smi are asked where present.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from serieskit import git
+from serieskit.state import WORK, State
+
 SCHEMA = "vllm-series-results/1"
 KINDS = ("tests", "bench", "e2e", "static", "external")
 HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")
-# What the overlay packer stamps into the GPU machine's tree (serieskit.overlay).
+# What the overlay packer stamps into the GPU machine's tree (serieskit.build.overlay).
 STAMPS = {
     "commit": "SERIES_COMMIT",
     "tree": "SERIES_TREE",
@@ -196,17 +201,29 @@ def series_from_stamps(folder: Path) -> dict:
     }
 
 
+def series_block(tree: Path, base_commit: str, commit: str, base_version: str) -> dict:
+    """The ``series`` header of a run of ``commit`` in the work tree: its tree and
+    the blob of every file the series changes (for the GPU machine's writers)."""
+    changed = git.git(tree, "diff", "--name-only", base_commit, commit).split()
+    listing = git.git(tree, "ls-tree", "-r", commit, "--", *changed) if changed else ""
+    files = {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines()}
+    return {
+        "base": f"vllm=={base_version}",
+        "commit": commit,
+        "tree": git.git(tree, "rev-parse", f"{commit}^{{tree}}").strip(),
+        "files": dict(sorted(files.items())),
+        "files_from": f"git ls-tree of {commit[:12]} in the work tree",
+    }
+
+
 def series_from_work_tree(root: Path) -> dict:
     """The ``series`` header of the toolkit's applied tree at its HEAD."""
-    from serieskit import claims, git
-    from serieskit.state import WORK, State
-
     state = State.load(root)
     tree = root / WORK / "vllm"
     head = git.rev(tree, "HEAD") if (tree / ".git").exists() else None
     if not (state.base and head):
         return unrecorded(f"no applied series in {tree}")
-    return claims.series_block(tree, state.base, head, state.base_label or "?")
+    return series_block(tree, state.base, head, state.base_label or "?")
 
 
 def current_series(root: Path | None = None) -> dict:

@@ -1,15 +1,20 @@
-"""``nox -s status``: how the work tree relates to the pin and patches/, and
-the commands that are valid from here (never one that would refuse)."""
+"""``nox -s status``: how the work tree relates to the pin and patches/.
+
+It also names the commands that are valid from here (never one that would
+refuse).
+"""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from serieskit import base, git, rebase, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.series import apply, base, safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
+from serieskit.upstream import carry_record, rebase
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -93,7 +98,7 @@ def status(where: Path | Target, log=print) -> dict:
             f"a git am is in progress there: resolve, `git add`, `git -C {repo} am --continue`, "
             f"then `{t.cmd('apply', '--continue')}`"
             if git.operation_in_progress(repo) == "am"
-            else series.stopped_ways(t, state)
+            else apply.stopped_ways(t, state)
         )
         log(
             f"  the last apply stopped at {t.patches_label}/{state.failed}: the work tree holds "
@@ -121,13 +126,15 @@ def status(where: Path | Target, log=print) -> dict:
 
 def _port_lines(pin: Target, info: dict, log) -> None:
     """One line per port: whether it has every change of the pin's patches."""
-    from serieskit import carry
-
     info["ports"] = {}
     for port in base.read_ports(pin.root):
         try:
             t = target.port(pin.root, port.version)
-            p = carry.plan(carry.pin_patches(pin), carry.read_carried(t), carry.port_names(t))
+            p = carry_record.plan(
+                carry_record.pin_patches(pin),
+                carry_record.read_carried(t),
+                carry_record.port_names(t),
+            )
             lags = [x.name for x in p.changed + p.new] + p.dropped + p.unrecorded
         except ToolkitError as e:
             lags = [f"({e})"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import base, git, series
+from serieskit import git
+from serieskit.series import base, series
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

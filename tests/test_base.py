@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import BASE_FILES, add_release, make_sdist, quiet
-from serieskit import base, git
+from serieskit import git
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 
 
 def test_import_is_reproducible_and_complete(tmp_path, cache, monkeypatch):
@@ -122,3 +123,19 @@ def test_git_missing_or_too_old(monkeypatch):
     monkeypatch.setattr(git, "version", lambda: (2, 17))
     with pytest.raises(ToolkitError, match="git 2.17 is too old"):
         git.require_version()
+
+
+def test_a_download_is_announced_before_it_starts(cache, monkeypatch):
+    sha = add_release(cache, "0.0.1", BASE_FILES)
+    good = (cache / "vllm-0.0.1.tar.gz").read_bytes()
+    (cache / "vllm-0.0.1.tar.gz").unlink()
+    lines: list[str] = []
+
+    def fake_download(name, version, dest):
+        assert any(f"downloading {name}" in line for line in lines), lines
+        dest.write_bytes(good)
+        return {"sha256": sha}
+
+    monkeypatch.setattr(base, "_download", fake_download)
+    base.fetch_sdist("0.0.1", sha, log=lines.append)
+    assert "once; cached in" in lines[0]

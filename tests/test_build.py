@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from serieskit import build
+from serieskit.build import build, recipe
 from serieskit.errors import ToolkitError
 
 PTXAS = """\
@@ -36,7 +36,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 def tree_with(tmp_path, files):
-    src = tmp_path / "tree" / build.SRC_DIR
+    src = tmp_path / "tree" / recipe.native().sources
     src.mkdir(parents=True)
     for name, text in files.items():
         (src / name).write_text(text)
@@ -78,7 +78,9 @@ def test_no_native_code_says_so_and_succeeds(tmp_path):
 @needs_nvcc
 def test_kernel_compiles_with_a_resource_report(tmp_path):
     tree = tree_with(tmp_path, {"ok_sm75.cu": GOOD})
-    report = build.build(tree, tmp_path / "out", archs=("75",), ptx=True, log=lambda *a: None)
+    lines: list[str] = []
+    report = build.build(tree, tmp_path / "out", archs=("75",), ptx=True, log=lines.append)
+    assert lines[0].startswith("build: compiling 1 kernel file(s) with ")  # before it starts
     (usage,) = report.usage
     assert usage.arch == "75" and usage.registers > 0 and usage.spill_stores == 0
     if shutil.which("c++filt"):

@@ -1,4 +1,4 @@
-"""serieskit.docs: the runtime reference generator driven on a tiny tree."""
+"""serieskit.checks.docs: the runtime reference generator driven on a tiny tree."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_file, series_tool
-from serieskit import docs, git
+from serieskit import git
+from serieskit.checks import docs
 from serieskit.errors import ToolkitError
 
 KERNEL = '''\

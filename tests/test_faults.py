@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_FILES, add_release, commit_file
-from serieskit import base, cli
+from serieskit import cli
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 
 REPO = Path(__file__).resolve().parent.parent
 USER = {

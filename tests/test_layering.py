@@ -1,4 +1,4 @@
-"""serieskit.layering and the check_layering.py it drives, on tiny trees."""
+"""serieskit.checks.layering and the check_layering.py it drives, on tiny trees."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import series_tool
-from serieskit import git, layering
+from serieskit import git
+from serieskit.checks import layering
 from serieskit.errors import ToolkitError
 
 SCRIPT = series_tool("check_layering.py")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import commit_file
-from serieskit import lint
+from serieskit.checks import lint
 
 needs_pre_commit = pytest.mark.skipif(
     importlib.util.find_spec("pre_commit") is None or importlib.util.find_spec("yaml") is None,
@@ -310,3 +310,13 @@ def test_a_tree_without_config_is_named(tmp_path):
     pytest.importorskip("yaml")
     with pytest.raises(lint.ToolkitError, match="no .pre-commit-config.yaml"):
         lint.write_offline_config(tmp_path, tmp_path / "out.yaml")
+
+
+def test_the_first_run_says_it_installs_the_hooks(tmp_path, monkeypatch):
+    home = tmp_path / "pre-commit"
+    monkeypatch.setattr(lint, "pre_commit_home", lambda: home)
+    note = lint.first_run_note()
+    assert note and str(home) in note and "several minutes" in note
+    home.mkdir()
+    (home / "db.db").write_bytes(b"")  # what pre-commit leaves after its first run
+    assert lint.first_run_note() is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import lzma
 import os
 import subprocess
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import base, overlay, results
+from serieskit import results
+from serieskit.build import overlay, recipe
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 
 
 def make_tree(path: Path) -> Path:
@@ -31,12 +34,13 @@ def make_tree(path: Path) -> Path:
 
 def add_wheel(cache: Path, version: str, core: bytes) -> Path:
     """A wheel in the cache, as base.fetch leaves a verified download."""
-    wheel = cache / overlay.WHEEL.format(v=version)
+    gpu = recipe.gpu()
+    wheel = cache / gpu.wheel.format(v=version)
     wheel.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(overlay.CORE, core)
-        z.writestr(overlay.FA_DIR + "__init__.py", "FA = 3\n")
-        z.writestr(overlay.FA_DIR + overlay.FA_SKIP, b"\0" * 1000)
+        z.writestr(gpu.core, core)
+        z.writestr(gpu.flash_attn_dir + "__init__.py", "FA = 3\n")
+        z.writestr(gpu.flash_attn_dir + gpu.flash_attn_skip, b"\0" * 1000)
         z.writestr("vllm/other.py", "")
     wheel.with_suffix(".sha256").write_text(base.sha256_of(wheel) + "\n")
     return wheel
@@ -85,7 +89,8 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
         assert f.read() == b"core module " * 100
     assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
     with tarfile.open(out / "part2" / "fa.tar.xz") as tar:
-        assert tar.getnames() == [overlay.FA_DIR + "__init__.py"]  # FA2 library left out
+        # the FA2 library left out
+        assert tar.getnames() == [recipe.gpu().flash_attn_dir + "__init__.py"]
     with tarfile.open(out / "part2" / "release.tar.xz") as tar:  # for `serieskit wheel` there
         assert tar.getnames() == ["vllm/other.py"]  # generated, not in part1 or fa.tar.xz
     with tarfile.open(out / "part2" / "overlay.tgz") as tar:
@@ -136,7 +141,8 @@ def test_a_load_over_the_limit_is_refused(tmp_path, cache, no_pip):
 def test_core_module_in_pieces_that_each_fit_a_run(tmp_path, monkeypatch):
     # Larger than one run takes: cut in order over part1, part1-2, ...; the
     # pieces joined in name order are the module again (stage2.sh's cat).
-    monkeypatch.setattr(overlay, "RUN_PIECE", 1000)
+    small = dataclasses.replace(recipe.gpu(), piece_bytes=1000)
+    monkeypatch.setattr(recipe, "gpu", lambda: small)
     (tmp_path / "part1").mkdir()
     xz = tmp_path / "part1" / "core.so.xz"
     data = bytes(range(256)) * 10  # 2560 bytes: three pieces

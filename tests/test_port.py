@@ -7,9 +7,14 @@ import shutil
 import pytest
 
 from conftest import BASE_FILES, add_release, quiet
-from serieskit import base, carry, cli, git, safety, series, status, target
+from serieskit import cli, git, status
+from serieskit.build import build, overlay
+from serieskit.checks import runner
 from serieskit.errors import ToolkitError
+from serieskit.pr import branches
+from serieskit.series import apply, base, export, safety, series, target
 from serieskit.state import State
+from serieskit.upstream import carry, carry_record
 
 PORT = "0.0.2"
 # The port's release: lines moved (a header) and a line beside the series' change.
@@ -55,7 +60,7 @@ def write_series(t, patches) -> None:
     (t.patches / "series").write_text("")
     shutil.rmtree(t.work, ignore_errors=True)
     t.state_file.unlink(missing_ok=True)
-    series.apply(t, log=quiet)
+    apply.apply(t, log=quiet)
     for name, subject, edit in patches:
         commit_named(
             t.work,
@@ -66,7 +71,7 @@ def write_series(t, patches) -> None:
             subject,
             name,
         )
-    series.export(t, log=quiet)
+    export.export(t, log=quiet)
 
 
 class Edit:
@@ -109,7 +114,7 @@ def pinport(root, cache):
     pin, port = target.pin(root), target.port(root, PORT)
     write_series(pin, pin_patches())
     write_series(port, pin_patches())
-    carry.record(pin, port, log=quiet)
+    carry_record.record(pin, port, log=quiet)
     return pin, port
 
 
@@ -186,8 +191,8 @@ def test_apply_port_makes_its_own_tree_and_round_trips(pinport):
     before = {p.name: p.read_bytes() for p in port.patches.glob("*.patch")}
     shutil.rmtree(port.work)
     port.state_file.unlink()
-    series.apply(port, log=quiet)
-    assert series.export(port, check=True, log=quiet) == []
+    apply.apply(port, log=quiet)
+    assert export.export(port, check=True, log=quiet) == []
     assert {p.name: p.read_bytes() for p in port.patches.glob("*.patch")} == before
 
 
@@ -211,10 +216,10 @@ def test_port_apply_refuses_over_work_and_keeps_it_with_force(pinport):
     with pytest.raises(
         ToolkitError, match=f"commit your changes and run `nox -s export -- --port {PORT}`"
     ):
-        series.apply(port, force=False, log=quiet)
+        apply.apply(port, force=False, log=quiet)
     # The pin's tree is another tree: its apply goes on.
-    series.apply(pin, log=quiet)
-    series.apply(port, force=True, log=quiet)
+    apply.apply(pin, log=quiet)
+    apply.apply(port, force=True, log=quiet)
     assert git.git(port.work, "stash", "list").count("saved by apply --force") == 1
     assert "return 100" in (port.work / F0).read_text()
 
@@ -235,7 +240,7 @@ def test_port_export_refuses_over_changed_port_patches(pinport):
         match=f"ports/{PORT}/ changed since the work tree was "
         f"made from it: `nox -s apply -- --port {PORT}`",
     ):
-        series.export(port, log=quiet)
+        export.export(port, log=quiet)
 
 
 # --- carry --check -----------------------------------------------------------------
@@ -265,8 +270,8 @@ def test_check_reports_a_declared_pending_change_and_fails_once_it_moves_on(pinp
     later change of that patch fails again; a declaration needs its reason."""
     pin, port = pinport
     write_series(pin, pin_patches(f0(101)))
-    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
-    carried = port.patches / carry.CARRIED
+    pid = next(p.patch_id for p in carry_record.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry_record.CARRIED
     text = carried.read_text()
     carried.write_text(text + f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
     lines = []
@@ -286,8 +291,8 @@ def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinpo
     version of it) and keeps the others."""
     pin, port = pinport
     write_series(pin, pin_patches(f0(101)))
-    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
-    carried = port.patches / carry.CARRIED
+    pid = next(p.patch_id for p in carry_record.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry_record.CARRIED
     carried.write_text(
         carried.read_text()
         + '\n[pending]\n"f0" = { patch_id = "00aa", why = "an older version" }\n'
@@ -296,8 +301,10 @@ def test_a_carry_drops_the_pending_entries_it_settles_and_keeps_the_others(pinpo
     lines: list[str] = []
     carry.start(pin, port, log=lines.append)
     assert "carry: [pending] f0 is carried now; its entry is dropped" in lines
-    assert carry.read_carried(port)["f0"]["patch_id"] == pid
-    assert carry.read_pending(port) == {"gone": {"patch_id": "0123", "why": 'a "quoted" reason'}}
+    assert carry_record.read_carried(port)["f0"]["patch_id"] == pid
+    assert carry_record.read_pending(port) == {
+        "gone": {"patch_id": "0123", "why": 'a "quoted" reason'}
+    }
 
 
 def _commit_then_change_f0(pin) -> str:
@@ -321,13 +328,13 @@ def _commit_then_change_f0(pin) -> str:
 def test_record_of_an_older_series_keeps_the_pending_entry_of_a_newer_version(pinport):
     pin, port = pinport
     made_from = _commit_then_change_f0(pin)
-    pid = next(p.patch_id for p in carry.pin_patches(pin) if p.name == "f0")
-    carried = port.patches / carry.CARRIED
+    pid = next(p.patch_id for p in carry_record.pin_patches(pin) if p.name == "f0")
+    carried = port.patches / carry_record.CARRIED
     carried.write_text(f'[pending]\n"f0" = {{ patch_id = "{pid}", why = "not yet" }}\n')
-    carry.record(pin, port, rev=made_from, log=quiet)
-    assert carry.read_pending(port) == {"f0": {"patch_id": pid, "why": "not yet"}}
-    carry.record(pin, port, log=quiet)
-    assert carry.read_pending(port) == {}
+    carry_record.record(pin, port, rev=made_from, log=quiet)
+    assert carry_record.read_pending(port) == {"f0": {"patch_id": pid, "why": "not yet"}}
+    carry_record.record(pin, port, log=quiet)
+    assert carry_record.read_pending(port) == {}
 
 
 def test_check_ignores_a_reexport_that_moves_only_line_numbers(pinport):
@@ -361,7 +368,7 @@ def test_check_needs_both_trees_made_from_their_patches(pinport):
 
 def test_unrecorded_port_patches_are_named_with_the_record_command(pinport):
     pin, port = pinport
-    (port.patches / carry.CARRIED).unlink()
+    (port.patches / carry_record.CARRIED).unlink()
     with pytest.raises(ToolkitError, match="does not say which version") as e:
         carry.check(pin, port, log=quiet)
     assert f"`nox -s carry -- {PORT} --record`" in str(e.value)
@@ -386,7 +393,7 @@ def test_carry_applies_the_interdiff_to_the_port(pinport):
     assert subjects == ["[Kernel] Change f0", "[Kernel] Add a kernel"]  # fixed up, not added
     port_patch = next(port.patches.glob("0001-*.patch")).read_text()
     assert "+    return 101" in port_patch and "Patch-Name: f0" in port_patch
-    assert series.export(port, check=True, log=quiet) == []
+    assert export.export(port, check=True, log=quiet) == []
     carry.check(pin, port, log=quiet)
     # Nothing lost: the port as it was is under a backup ref.
     backups = git.git(
@@ -414,7 +421,7 @@ def test_carry_picks_new_patches_and_drops_removed_ones(pinport):
     assert subjects == ["[Kernel] Change f0", "[Core] Add new module"]
     assert (port.work / "vllm/new.py").read_text() == "NEW = 1\n"
     assert not (port.work / "csrc/sm7x/k.cu").exists()
-    assert set(carry.read_carried(port)) == {"f0", "new"}
+    assert set(carry_record.read_carried(port)) == {"f0", "new"}
 
 
 def test_carry_conflict_stops_with_help_then_continue_records_the_resolution(pinport):
@@ -440,7 +447,7 @@ def carry_with_a_conflict_resolved(pin, port) -> None:
     assert f"`nox -s carry -- {PORT} --continue`" in out
     # While it is stopped, the port's other sessions refuse, and status says where it is.
     with pytest.raises(ToolkitError, match=f"carry -- {PORT} --continue"):
-        series.export(port, log=quiet)
+        export.export(port, log=quiet)
     assert any("in a carry of the pin's changes" in line for line in _status_lines(port))
     resolved = (port.work / F0).read_text()
     resolved = (
@@ -477,7 +484,7 @@ def test_a_recorded_resolution_carries_the_same_change_by_itself(pinport):
 def test_carry_abort_puts_the_port_back(pinport):
     pin, port = pinport
     head = git.rev(port.work, "HEAD")
-    carried = (port.patches / carry.CARRIED).read_text()
+    carried = (port.patches / carry_record.CARRIED).read_text()
     both = Edit(
         vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n").replace(
             "return 1\n", "return 11\n"
@@ -488,7 +495,7 @@ def test_carry_abort_puts_the_port_back(pinport):
         carry.start(pin, port, log=quiet)
     carry.abort(port, log=quiet)
     assert git.rev(port.work, "HEAD") == head and git.operation_in_progress(port.work) is None
-    assert (port.patches / carry.CARRIED).read_text() == carried
+    assert (port.patches / carry_record.CARRIED).read_text() == carried
     assert State.load(port).rebase is None
     with pytest.raises(ToolkitError, match=f"no carry to the port to vLLM {PORT} is stopped"):
         carry.abort(port, log=quiet)
@@ -513,13 +520,13 @@ def _status_lines(t):
 
 
 def test_pr_builds_from_a_port_with_onto(pinport):
-    from serieskit import pr
-
     pin, port = pinport
-    assert pr.onto_target(pin.root, None) == pin == pr.onto_target(pin.root, "vllm==0.0.1")
-    assert pr.onto_target(pin.root, f"vllm=={PORT}") == port
+    assert (
+        branches.onto_target(pin.root, None) == pin == branches.onto_target(pin.root, "vllm==0.0.1")
+    )
+    assert branches.onto_target(pin.root, f"vllm=={PORT}") == port
     with pytest.raises(ToolkitError, match="no series tree for vLLM 9.9.9 yet"):
-        pr.onto_target(pin.root, "vllm==9.9.9")
+        branches.onto_target(pin.root, "vllm==9.9.9")
 
 
 def test_the_pins_status_says_whether_each_port_is_carried(pinport):
@@ -536,8 +543,6 @@ def test_the_pins_status_says_whether_each_port_is_carried(pinport):
 
 
 def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeypatch):
-    from serieskit import build, overlay, runner
-
     pin, port = pinport
     seen: dict = {}
     monkeypatch.setattr(build, "session", lambda tree, out, **kw: seen.update(build=(tree, out)))
@@ -564,9 +569,9 @@ def test_record_from_an_older_commit_then_carry_what_changed_since(pinport):
     toolkit, the pin's changes since then are what the carry brings."""
     pin, port = pinport
     made_from = _commit_then_change_f0(pin)
-    (port.patches / carry.CARRIED).unlink()
+    (port.patches / carry_record.CARRIED).unlink()
     lines: list[str] = []
-    carry.record(pin, port, rev=made_from, log=lines.append)
+    carry_record.record(pin, port, rev=made_from, log=lines.append)
     assert f"as they were at {made_from}" in lines[-1]
     with pytest.raises(ToolkitError, match="f0 .* changed since it was last carried"):
         carry.check(pin, port, log=quiet)

@@ -11,8 +11,12 @@ import git as gitpython
 import pytest
 
 from conftest import BASE_FILES, add_release, quiet
-from serieskit import base, claims, duplicates, git, pr, series
+from serieskit import git
+from serieskit.checks import lint
 from serieskit.errors import ToolkitError
+from serieskit.pr import branches, claims, coverage, duplicates, pr
+from serieskit.pr.groups import read_groups
+from serieskit.series import apply, base, export, series
 from serieskit.state import State
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "pr"
@@ -126,7 +130,7 @@ def make_root(
     commit = base.import_sdist(scratch, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
     base.write_pin(root, base.Pin("0.0.2", sha, commit))
     shutil.rmtree(scratch)
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     env = {
         "GIT_AUTHOR_NAME": "Ada",
@@ -151,7 +155,7 @@ def make_root(
             env=env,
         )
     (root / "patches" / "manifest.toml").write_text(manifest(groups))
-    series.export(root, log=quiet)
+    export.export(root, log=quiet)
     (root / "overview").mkdir()
     for g in ("host", "overlap"):
         (root / "overview" / f"{g}.md").write_text(
@@ -383,9 +387,9 @@ def test_versions_and_range_diff(tmp_path, cache):
 
 def test_resign_message_and_arguments(tmp_path, cache):
     msg = f"[Kernel] X\n\nWhy.\n\n{PLACEHOLDER}\n{series.NAME_TRAILER}: x\n"
-    once = pr.resign_message(msg, WHO)
+    once = branches.resign_message(msg, WHO)
     assert once == f"[Kernel] X\n\nWhy.\n\nSigned-off-by: {WHO}\n"
-    assert pr.resign_message(once, WHO) == once
+    assert branches.resign_message(once, WHO) == once
     assert pr.TITLE.match("[Kernel][Attention] Turing prefill")
     assert not pr.TITLE.match("[Kernel]Turing") and not pr.TITLE.match("Turing [Kernel]")
     root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.26.0.md")
@@ -413,7 +417,7 @@ def test_real_results_files_share_the_schema():
         assert data["machine"]["name"] and data["series"]["base"]
         for name, fig in data["figures"].items():
             assert {"value", "unit", "label"} <= set(fig), (f.name, name)
-    for g in pr.read_groups(root):
+    for g in read_groups(root):
         for c in g.claims:
             assert claims.resolve(claims.load(root, c.file), c.path) is not None
 
@@ -538,8 +542,6 @@ def test_check_fails_on_the_target_tree_s_pre_commit(tmp_path, cache):
 
 
 def test_pre_commit_not_installed_is_not_a_pass_under_check(tmp_path, cache, monkeypatch):
-    from serieskit import lint
-
     def missing() -> None:
         raise ToolkitError("lint needs pre_commit: run it through `nox -s lint`")
 
@@ -574,10 +576,9 @@ def test_push_is_a_separate_step_after_every_check(tmp_path, cache):
 
 def test_line_map_follows_later_changes(tmp_path):
     from conftest import commit_file
-    from serieskit import prbody
 
     repo = tmp_path / "r"
     git.git(None, "init", "-q", str(repo))
     head = commit_file(repo, "m.py", "a\nb\nc\nd\n", "pr head")
     ran = commit_file(repo, "m.py", "new\na\nB\nc\nd\nmore\n", "a later PR")
-    assert prbody.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}
+    assert coverage.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}

@@ -12,8 +12,12 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, quiet
-from serieskit import base, git, pr, rebase, series, status, target
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.pr import branches
+from serieskit.pr.groups import read_groups
+from serieskit.series import apply, base, export, series, target
+from serieskit.upstream import rebase
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "patches"
 V25 = base.Pin(
@@ -60,8 +64,8 @@ def test_pinned_base_is_the_pinned_commit(tmp_path):
 def test_series_plus_fixture_round_trips_byte_for_byte(tmp_path):
     root = make_root(tmp_path, None, ["0.33.0/Misc-Fixture-note-in-the-README.patch"])
     before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
-    series.apply(root, log=quiet)
-    assert series.export(root, log=quiet) == []
+    apply.apply(root, log=quiet)
+    assert export.export(root, log=quiet) == []
     assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == before
 
 
@@ -71,9 +75,9 @@ def test_every_pr_group_of_the_series_applies_alone(tmp_path):
     pytest.importorskip("git")  # GitPython, as the pr session installs it
     root = make_root(tmp_path, None, [])
     shutil.copy(REPO_ROOT / "patches" / "manifest.toml", root / "patches" / "manifest.toml")
-    series.apply(root, log=quiet)
-    groups = pr.read_groups(root)
-    built = pr.build_branches(
+    apply.apply(root, log=quiet)
+    groups = read_groups(root)
+    built = branches.build_branches(
         target.pin(root),
         series.work_repo(root),
         groups,
@@ -88,7 +92,7 @@ def test_every_pr_group_of_the_series_applies_alone(tmp_path):
 
 def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
     root = make_root(tmp_path, V25, ["0.25.0/Misc-Fixture-note-in-ubatching.patch"])
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     report = rebase.start(root, "vllm==0.26.0", log=quiet)
     text = report.read_text()
     assert "vLLM 0.25.0 -> 0.26.0" in text
@@ -106,7 +110,7 @@ def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):
             "0.25.0/Misc-Fixture-field-where-upstream-adds-one.patch",
         ],
     )
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     head = git.rev(repo, "HEAD")
     lines = []

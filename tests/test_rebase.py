@@ -8,9 +8,11 @@ import pytest
 from test_series import make_series
 
 from conftest import BASE_FILES, add_release, commit_file, quiet
-from serieskit import base, git, rebase, safety, series, status
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.series import apply, base, safety, series
 from serieskit.state import State
+from serieskit.upstream import rebase
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {
@@ -46,9 +48,9 @@ def test_apply_after_a_rebase_without_pin_keeps_the_rebased_series(root, cache):
     repo = series.work_repo(root)
     rebased = git.rev(repo, "HEAD")
     with pytest.raises(ToolkitError, match="rebased onto 0.0.2"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     assert git.rev(repo, "HEAD") == rebased
-    series.apply(root, force=True, log=quiet)
+    apply.apply(root, force=True, log=quiet)
     backups = git.git(repo, "for-each-ref", "--format=%(objectname)", safety.BACKUP_REF).split()
     assert backups == [rebased]
     assert (repo / "setup.py").read_text() == BASE_FILES["setup.py"]
@@ -62,7 +64,7 @@ def test_update_pin_moves_pin_and_patches(root, cache):
     assert pin.version == "0.0.2" and pin.sha256 == sha
     assert pin.commit == git.rev(series.work_repo(root), base.base_ref("0.0.2"))
     # The moved series applies from scratch on the new pin.
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     lines = []
     status.status(root, log=lines.append)
     assert "patches:   the work tree matches patches/" in lines
@@ -83,7 +85,7 @@ def test_conflict_stops_with_instructions_then_abort_loses_nothing(root, cache):
     assert "--conflict=zdiff3 -- vllm/utils.py" in out
     assert "nox -s rebase -- --continue" in out and "nox -s rebase -- --abort" in out
     with pytest.raises(ToolkitError, match="rebase is stopped"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     rebase.abort(root, log=quiet)
     assert git.rev(repo, "HEAD") == head
     assert git.operation_in_progress(repo) is None and not git.dirty_files(repo)
@@ -161,7 +163,7 @@ def test_a_resolution_is_made_once(root, cache):
     assert len(records) == 1 and (records[0] / "postimage").exists()
     # Elsewhere: a work tree on the pin without rerere's own cache, the same
     # rebase, no hand work.
-    series.apply(root, force=True, log=quiet)
+    apply.apply(root, force=True, log=quiet)
     shutil.rmtree(git.gitdir(repo) / "rr-cache")
     lines = []
     second = rebase.start(root, "vllm==0.0.3", log=lines.append)
@@ -171,7 +173,11 @@ def test_a_resolution_is_made_once(root, cache):
     assert second != first  # one report per run
 
 
-def test_abort_keeps_the_resolutions_made_so_far(root, cache):
+def test_abort_leaves_the_patch_folder_as_it_was_and_keeps_the_resolutions(root, cache):
+    """--abort is back to before: patches/resolutions/ holds what it held
+    (here one record of an earlier rebase) and nothing new; the resolution
+    made before the abort stays in the work tree's rerere cache, so the same
+    rebase again resolves that step by itself."""
     repo = make_series(
         root,
         [
@@ -180,6 +186,16 @@ def test_abort_keeps_the_resolutions_made_so_far(root, cache):
             ("setup.py", "print('series')\n", "[Build] Change setup"),
         ],
     )
+    earlier = root / "patches" / rebase.RESOLUTIONS / ("e" * 40)
+    earlier.mkdir(parents=True)
+    for name in ("preimage", "postimage"):
+        (earlier / name).write_text(f"an earlier rebase's {name}\n")
+
+    def folder() -> dict[str, str]:
+        res = root / "patches" / rebase.RESOLUTIONS
+        return {str(p.relative_to(res)): p.read_text() for p in res.rglob("*") if p.is_file()}
+
+    before = folder()
     add_release(cache, "0.0.3", {**CONFLICTING, "setup.py": "print('upstream')\n"})
     with pytest.raises(ToolkitError):
         rebase.start(root, "vllm==0.0.3", log=quiet)
@@ -189,8 +205,15 @@ def test_abort_keeps_the_resolutions_made_so_far(root, cache):
         rebase.cont(root, log=quiet)  # the second stop: setup.py
     lines: list[str] = []
     rebase.abort(root, log=lines.append)
-    assert any("1 resolution(s) recorded" in line for line in lines)
-    assert len(list((root / "patches" / rebase.RESOLUTIONS).iterdir())) == 1
+    assert folder() == before
+    assert any("rr-cache" in line and "reuses" in line for line in lines), lines
+    lines.clear()
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.3", log=lines.append)
+    assert any("resolved by a recorded resolution" in line for line in lines), lines
+    assert "setup.py" in " ".join(git.git(repo, "diff", "--name-only", "--diff-filter=U").split())
+    rebase.abort(root, log=quiet)
+    assert folder() == before
 
 
 def test_classify_separates_own_lines_from_moved_context():

@@ -5,7 +5,9 @@ from __future__ import annotations
 from test_series import make_series
 
 from conftest import BASE_FILES, add_release, quiet
-from serieskit import git, rebase_check, series
+from serieskit import git
+from serieskit.series import series
+from serieskit.upstream import rebase_check
 
 UTILS = BASE_FILES["vllm/utils.py"]
 

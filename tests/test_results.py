@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import claims, pr, results, runner
+from serieskit import results
+from serieskit.checks import runner
+from serieskit.pr import claims
+from serieskit.pr.groups import read_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "results" / "raw" / "e2e_seed16_h200x2"
@@ -108,7 +111,7 @@ def test_host_reduce_bench_document_validates_and_keeps_the_claimed_figures():
     for name, fig in old["figures"].items():  # what the pull requests claim
         assert doc["figures"][name]["value"] == pytest.approx(fig["value"]), name
         assert doc["figures"][name]["unit"] == fig["unit"]
-    for g in pr.read_groups(ROOT):
+    for g in read_groups(ROOT):
         for c in g.claims:
             if c.file == "results/bench_host_reduce_h200x2.json":
                 assert claims.resolve(doc, c.path) == pytest.approx(claims.resolve(old, c.path))

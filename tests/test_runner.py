@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serieskit import runner
+from serieskit.checks import runner
 
 PASSING = """
 import pytest

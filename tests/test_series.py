@@ -10,21 +10,22 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_file, quiet
-from serieskit import git, safety, series, status
+from serieskit import git, status
 from serieskit.errors import ToolkitError
+from serieskit.series import apply, export, safety, series
 from serieskit.state import State
 
 
 def make_series(root, changes=None):
     """Apply the empty series, commit ``changes`` in the work tree, export them."""
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     for path, text, subject in changes or [
         ("vllm/utils.py", "def f0():\n    return 100\n", "[Kernel] Change f0"),
         ("vllm/new.py", "NEW = 1\n", "[Core] Add new module"),
     ]:
         commit_file(repo, path, text, subject)
-    series.export(root, log=quiet)
+    export.export(root, log=quiet)
     return repo
 
 
@@ -45,14 +46,14 @@ def test_apply_then_export_changes_no_byte(root):
     assert "Subject: [PATCH] [Kernel] Change f0" in text
     assert "\n-- \n" not in text  # no git version signature that drifts
     shutil.rmtree(root / ".work")
-    series.apply(root, log=quiet)
-    series.export(root, log=quiet)
+    apply.apply(root, log=quiet)
+    export.export(root, log=quiet)
     assert patch_bytes(root) == before
 
 
 def fresh_apply(root):
     shutil.rmtree(root / ".work")
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     return git.rev(series.work_repo(root), "HEAD")
 
 
@@ -67,7 +68,7 @@ def test_same_series_same_commit_ids_whatever_the_identity(root, tmp_path, monke
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Mallory")
     monkeypatch.setenv("GIT_COMMITTER_DATE", "1500000000 +0000")
     monkeypatch.setenv("HOME", str(tmp_path))  # no user git config at all
-    series.apply(other, log=quiet)
+    apply.apply(other, log=quiet)
     assert git.rev(series.work_repo(other), "HEAD") == first
     author = git.git(series.work_repo(other), "log", "-1", "--format=%an|%ad|%cn", "--date=raw")
     assert author.strip() == f"Ada|1700000000 +0100|{git.COMMITTER[0]}"
@@ -77,7 +78,7 @@ def test_second_apply_is_a_fast_no_op(root):
     make_series(root)
     lines = []
     start = time.monotonic()
-    series.apply(root, log=lines.append)
+    apply.apply(root, log=lines.append)
     assert time.monotonic() - start < 5
     assert lines and lines[0].startswith("apply: up to date, 2 patch(es)")
 
@@ -86,7 +87,7 @@ def test_apply_reports_progress(root):
     make_series(root)
     shutil.rmtree(root / ".work")
     lines = []
-    series.apply(root, log=lines.append)
+    apply.apply(root, log=lines.append)
     assert "apply 1/2: [Kernel] Change f0" in lines
     assert "apply 2/2: [Core] Add new module" in lines
 
@@ -96,7 +97,7 @@ def test_changed_patch_is_reapplied(root):
     old = git.rev(repo, "HEAD")
     p = root / "patches" / "0002-Core-Add-new-module.patch"
     p.write_text(p.read_text().replace("+NEW = 1", "+NEW = 2"))
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     assert git.rev(repo, "HEAD") != old
     assert (repo / "vllm/new.py").read_text() == "NEW = 2\n"
 
@@ -106,7 +107,7 @@ def test_apply_refuses_uncommitted_changes(root):
     (repo / "vllm/utils.py").write_text("edited\n")
     (repo / "scratch.txt").write_text("notes\n")
     with pytest.raises(ToolkitError) as e:
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     msg = str(e.value)
     assert "uncommitted: vllm/utils.py" in msg and "uncommitted: scratch.txt" in msg
     assert "nox -s export" in msg and "stash" in msg
@@ -117,7 +118,7 @@ def test_apply_refuses_unexported_commits(root):
     repo = make_series(root)
     cid = commit_file(repo, "vllm/x.py", "X = 1\n", "Local experiment")
     with pytest.raises(ToolkitError, match=f"commit {cid[:12]} Local experiment"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     assert git.rev(repo, "HEAD") == cid
 
 
@@ -125,7 +126,7 @@ def test_force_keeps_the_work_in_a_stash_and_a_backup_ref(root):
     repo = make_series(root)
     cid = commit_file(repo, "vllm/x.py", "X = 1\n", "Local experiment")
     (repo / "vllm/utils.py").write_text("edited\n")
-    series.apply(root, force=True, log=quiet)
+    apply.apply(root, force=True, log=quiet)
     backups = git.git(repo, "for-each-ref", "--format=%(objectname)", safety.BACKUP_REF).split()
     assert backups == [cid]
     assert "saved by apply --force" in git.git(repo, "stash", "list")
@@ -145,7 +146,8 @@ def test_interrupted_apply_is_detected_and_repaired(root):
             (
                 "import sys, os, signal; from pathlib import Path\n"
                 f"sys.path.insert(0, {repo_dir!r})\n"
-                "from serieskit import series, git\n"
+                "from serieskit import git\n"
+                "from serieskit.series import apply\n"
                 "from serieskit.state import State\n"
                 "real = git.run\n"
                 "def run(repo, *a, **k):\n"
@@ -153,7 +155,7 @@ def test_interrupted_apply_is_detected_and_repaired(root):
                 "        os.kill(os.getpid(), signal.SIGKILL)\n"
                 "    return real(repo, *a, **k)\n"
                 "git.run = run\n"
-                f"series.apply(Path({str(root)!r}), log=lambda *a: None)\n"
+                f"apply.apply(Path({str(root)!r}), log=lambda *a: None)\n"
             ),
         ]
     )
@@ -161,7 +163,7 @@ def test_interrupted_apply_is_detected_and_repaired(root):
     assert proc.returncode != 0
     assert State.load(root).in_progress == "apply"
     lines = []
-    series.apply(root, log=lines.append)
+    apply.apply(root, log=lines.append)
     assert any("interrupted at 1/2; applying again" in line for line in lines)
     assert git.rev(repo, "HEAD") == good
 
@@ -186,7 +188,7 @@ def test_interrupted_git_am_is_repaired(root):
     assert git.operation_in_progress(repo) == "am"
     state.in_progress, state.head = "apply", git.rev(repo, "HEAD")
     state.save(root)
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     assert git.operation_in_progress(repo) is None
     assert git.rev(repo, "HEAD") == good
 
@@ -199,7 +201,7 @@ def test_patch_that_does_not_apply_is_a_clear_error(root):
     )
     shutil.rmtree(root / ".work")
     with pytest.raises(ToolkitError) as e:
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)
     first, *ways = str(e.value).splitlines()
     assert "patch 0001-Kernel-Change-f0.patch (1/2) does not apply" in first
     assert "holds patches 1-0 only" in first
@@ -233,7 +235,7 @@ def test_status_names_differences_and_uncommitted_files(root):
 def test_export_writes_series_and_removes_dropped_patches(root):
     repo = make_series(root)
     git.git(repo, "reset", "-q", "--hard", "HEAD~1")
-    changed = series.export(root, log=quiet)
+    changed = export.export(root, log=quiet)
     assert changed == []
     assert (root / "patches" / "series").read_text() == "0001-Kernel-Change-f0.patch\n"
     assert not (root / "patches" / "0002-Core-Add-new-module.patch").exists()
@@ -259,7 +261,7 @@ def test_manifest_entries_are_tied_to_commits_by_trailer(root):
         '[[patch]]\nname = "partial"\n'
     )
     with pytest.raises(ToolkitError) as e:
-        series.export(root, log=quiet)
+        export.export(root, log=quiet)
     msg = str(e.value)
     assert "nothing written" in msg
     assert '"[Core] Add new module" has no Patch-Name: trailer' in msg
@@ -273,4 +275,4 @@ def test_manifest_entries_are_tied_to_commits_by_trailer(root):
 def test_series_naming_a_missing_file_is_an_error(root):
     (root / "patches" / "series").write_text("0001-missing.patch\n")
     with pytest.raises(ToolkitError, match="names 0001-missing.patch, which does not exist"):
-        series.apply(root, log=quiet)
+        apply.apply(root, log=quiet)

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from conftest import commit_file, quiet
-from serieskit import base, build, claims, cli, git, results, series, wheel
+from serieskit import cli, git, results
+from serieskit.build import build, recipe, wheel, wheel_release, wheel_tree, wheel_verify
 from serieskit.errors import ToolkitError
+from serieskit.series import apply, base, export, series
 from serieskit.state import State
 
 VERSION = "0.0.1"
@@ -41,21 +43,21 @@ KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n"
 
 
 def digest(data: bytes) -> str:
-    return wheel.record_digest(data)
+    return wheel_release.record_digest(data)
 
 
 @pytest.fixture
 def series_root(root):
     """The synthetic toolkit root with a series of two patches applied: one
     changes vllm/utils.py, one adds vllm/new.py and a kernel file."""
-    series.apply(root, log=quiet)
+    apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     commit_file(repo, "vllm/utils.py", "def f0():\n    return 100\n", "[Kernel] Change f0")
     (repo / "csrc/sm7x").mkdir(parents=True)
     (repo / "csrc/sm7x/k.cu").write_text(KERNEL)
     git.git(repo, "add", "csrc/sm7x/k.cu")
     commit_file(repo, "vllm/new.py", "NEW = 1\n", "[Core] Add new module")
-    series.export(root, log=quiet)
+    export.export(root, log=quiet)
     return root
 
 
@@ -107,7 +109,7 @@ def make_release(path: Path, files: dict[str, bytes], record_override=None) -> b
 
 def record_release(root: Path, wheel_path: Path, record: bytes) -> None:
     (root / "build").mkdir(exist_ok=True)
-    (root / wheel.RELEASES).write_text(
+    (root / wheel_release.RELEASES).write_text(
         f'[release."{VERSION}"]\nfile = "{RELEASE_FILE}"\n'
         f'sha256 = "{base.sha256_of(wheel_path)}"\n'
         f'record_sha256 = "{hashlib.sha256(record).hexdigest()}"\n'
@@ -125,11 +127,11 @@ def release(series_root, cache) -> Path:
     return path
 
 
-def read_wheel(path: Path) -> tuple[zipfile.ZipFile, dict[str, wheel.Recorded]]:
+def read_wheel(path: Path) -> tuple[zipfile.ZipFile, dict[str, wheel_release.Recorded]]:
     z = zipfile.ZipFile(path)
     assert z.testzip() is None
     record_name = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
-    return z, wheel.parse_record(z.read(record_name).decode(), "test")
+    return z, wheel_release.parse_record(z.read(record_name).decode(), "test")
 
 
 def only_wheel(dist: Path) -> Path:
@@ -155,7 +157,7 @@ def test_wheel_is_the_release_plus_the_series(series_root, release):
     # every file in RECORD with its true sha256 and size, RECORD last
     for name in names - {f"vllm-{version}.dist-info/RECORD"}:
         data = z.read(name)
-        assert record[name] == wheel.Recorded(digest(data), len(data)), name
+        assert record[name] == wheel_release.Recorded(digest(data), len(data)), name
     assert z.namelist()[-1] == f"vllm-{version}.dist-info/RECORD"
     # the series where it changes the release, the release elsewhere
     assert z.read("vllm/utils.py") == b"def f0():\n    return 100\n"
@@ -207,7 +209,7 @@ def test_pip_installs_it(series_root, release, tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    version = wheel.wheel_version(out)
+    version = wheel_verify.wheel_version(out)
     assert (target / "vllm/new.py").read_text() == "NEW = 1\n"
     assert (target / "vllm/_core.abi3.so").read_bytes() == GENERATED["vllm/_core.abi3.so"]
     meta = (target / f"vllm-{version}.dist-info" / "METADATA").read_text()
@@ -244,7 +246,7 @@ def test_a_half_applied_series_is_refused(series_root, release, capsys):
     )
     shutil.rmtree(series_root / ".work")
     with pytest.raises(ToolkitError, match="does not apply"):
-        series.apply(series_root, log=quiet)
+        apply.apply(series_root, log=quiet)
     line = refused(series_root, "--no-module", capsys=capsys)
     assert "half-applied series" in line and "apply stopped at 0001" in line
     assert "nox -s apply -- --continue" in line
@@ -291,9 +293,9 @@ def test_a_mismatched_released_wheel_is_refused(series_root, release, tmp_path, 
     line = refused(series_root, "--no-module", "--release", str(other), capsys=capsys)
     assert "not the released wheel" in line
     # the same file, but build/wheel.toml records another RECORD
-    text = (series_root / wheel.RELEASES).read_text()
+    text = (series_root / wheel_release.RELEASES).read_text()
     recorded = text.split('record_sha256 = "')[1][:64]
-    (series_root / wheel.RELEASES).write_text(text.replace(recorded, "0" * 64))
+    (series_root / wheel_release.RELEASES).write_text(text.replace(recorded, "0" * 64))
     assert "not the released vLLM" in refused(series_root, "--no-module", capsys=capsys)
 
 
@@ -309,7 +311,7 @@ def test_a_release_not_of_the_base_is_refused(series_root, cache, capsys):
 
 
 def test_an_unrecorded_release_is_refused(series_root, release, capsys):
-    (series_root / wheel.RELEASES).write_text("")
+    (series_root / wheel_release.RELEASES).write_text("")
     assert f'no [release."{VERSION}"] table' in refused(series_root, "--no-module", capsys=capsys)
 
 
@@ -387,7 +389,7 @@ def linker(tmp_path, monkeypatch):
     def link(tree, out, *, archs, ptx, link, nvcc, log):
         calls.append((archs, ptx, link))
         out.mkdir(parents=True, exist_ok=True)
-        so = out / f"{build.MODULE}.abi3.so"
+        so = out / f"{recipe.native().module}.abi3.so"
         so.write_bytes(b"\x7fELF sm7x " + (tree / "csrc/sm7x/k.cu").read_bytes())
         return build.Report(module=str(so))
 
@@ -403,17 +405,17 @@ def test_the_module_goes_in_and_is_reused(series_root, release, linker):
     head = commit_of(series_root)
     assert out.name == f"vllm-{VERSION}+series.g{head[:12]}-cp38-abi3-linux_x86_64.whl"
     z, _ = read_wheel(out)
-    assert z.read(wheel.MODULE) == b"\x7fELF sm7x " + KERNEL.encode()
-    assert z.getinfo(wheel.MODULE).external_attr >> 16 & 0o777 == 0o755
+    assert z.read(wheel_tree.module_file()) == b"\x7fELF sm7x " + KERNEL.encode()
+    assert z.getinfo(wheel_tree.module_file()).external_attr >> 16 & 0o777 == 0o755
     info = json.loads(z.read("vllm/_series.json"))["sm7x_C"]
     assert info["archs"] == ["sm_75"] and info["ptx"] == "compute_75"
     assert info["torch"] == "2.11.0+cu130"
-    assert info["sha256"] == hashlib.sha256(z.read(wheel.MODULE)).hexdigest()
+    assert info["sha256"] == hashlib.sha256(z.read(wheel_tree.module_file())).hexdigest()
     # the same sources and toolchain: the module is reused, not linked again
     wheel.session(series_root, ptx=True, log=quiet)
     assert len(linker) == 1
     # a module changed after it was linked is linked again
-    so = series_root / ".work" / "wheel" / "sm7x" / f"{build.MODULE}.abi3.so"
+    so = series_root / ".work" / "wheel" / "sm7x" / f"{recipe.native().module}.abi3.so"
     so.write_bytes(b"tampered")
     wheel.session(series_root, ptx=True, log=quiet)
     assert len(linker) == 2
@@ -458,7 +460,7 @@ def assemble_like_stage2(root: Path, release: Path, dest: Path) -> tuple[Path, P
     tree = dest / "src"
     shutil.copytree(repo / "vllm", tree / "vllm", symlinks=True)  # as tar keeps them
     shutil.copytree(repo / "csrc", tree / "csrc")
-    block = claims.series_block(repo, state.base or "", head, VERSION)
+    block = results.series_block(repo, state.base or "", head, VERSION)
     for key, value in (
         ("commit", head),
         ("tree", block["tree"]),
@@ -468,13 +470,13 @@ def assemble_like_stage2(root: Path, release: Path, dest: Path) -> tuple[Path, P
         (tree / results.STAMPS[key]).write_text(f"{value}\n")
     (tree / "vllm/__pycache__").mkdir()
     (tree / "vllm/__pycache__/x.cpython-312.pyc").write_bytes(b"compiled here")
-    (tree / "vllm" / f"{build.MODULE}.abi3.so").write_bytes(b"stage2's own build")
+    (tree / "vllm" / f"{recipe.native().module}.abi3.so").write_bytes(b"stage2's own build")
     for name in ("vllm/_core.abi3.so", "vllm/vllm_flash_attn/fa.py"):
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_bytes(GENERATED[name])
     pack = dest / "release.tar.xz"
     with zipfile.ZipFile(release) as z:
-        wheel.pack_release(
+        wheel_release.pack_release(
             z, VERSION, repo, pack, skip=("vllm/_core.abi3.so", "vllm/vllm_flash_attn/")
         )
     folder = dest / "release"
@@ -487,7 +489,7 @@ def assemble_like_stage2(root: Path, release: Path, dest: Path) -> tuple[Path, P
 def test_pack_release_carries_the_dist_info_and_the_small_generated_files(
     series_root, release, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(wheel, "CARRY_GROUP_BYTES", 1024)
+    monkeypatch.setattr(wheel_release, "CARRY_GROUP_BYTES", 1024)
     _, folder = assemble_like_stage2(series_root, release, tmp_path / "gpu")
     carried = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     info = f"vllm-{VERSION}.dist-info"
@@ -501,7 +503,7 @@ def test_pack_release_carries_the_dist_info_and_the_small_generated_files(
 def test_the_gpu_machine_builds_it_from_what_it_carries(
     series_root, release, tmp_path, linker, monkeypatch
 ):
-    monkeypatch.setattr(wheel, "CARRY_GROUP_BYTES", 1024)  # the 64 KiB package stays behind
+    monkeypatch.setattr(wheel_release, "CARRY_GROUP_BYTES", 1024)  # the 64 KiB package stays behind
     tree, folder = assemble_like_stage2(series_root, release, tmp_path / "gpu")
     lines: list[str] = []
     out = wheel.session(
@@ -514,7 +516,9 @@ def test_the_gpu_machine_builds_it_from_what_it_carries(
     assert z.read("vllm/_core.abi3.so") == GENERATED["vllm/_core.abi3.so"]
     assert z.read("vllm/vllm-rs") == GENERATED["vllm/vllm-rs"]
     assert z.read("vllm/utils.py") == b"def f0():\n    return 100\n"
-    assert z.read(wheel.MODULE) == b"\x7fELF sm7x " + KERNEL.encode()  # linked by the session
+    assert (
+        z.read(wheel_tree.module_file()) == b"\x7fELF sm7x " + KERNEL.encode()
+    )  # linked by the session
     assert not any("__pycache__" in n for n in names)
     info = json.loads(z.read("vllm/_series.json"))
     assert info["released_wheel"]["omitted"] == [
@@ -554,4 +558,4 @@ def test_verify_needs_vllms_requirements_here(tmp_path, monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
     with pytest.raises(ToolkitError, match="requirements .torch, .... are not installed"):
-        wheel.verify_install(tmp_path / "vllm-0.0.1+series.g1-cp38-abi3-linux_x86_64.whl")
+        wheel_verify.verify_install(tmp_path / "vllm-0.0.1+series.g1-cp38-abi3-linux_x86_64.whl")

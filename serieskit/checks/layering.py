@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit.errors import ToolkitError, failed
+from serieskit.series.series import materialize
 
 SCRIPT = "tools/pre_commit/check_layering.py"
 KINDS = ("model", "platform")
@@ -129,8 +130,6 @@ def check_series(
     """check-layering of the work tree against its base commit (and ``ref``,
     see :func:`check`); an increase passes when a patch declares it
     (``declared``: path -> reason). Returns whether the check passed."""
-    from serieskit.series import materialize
-
     with tempfile.TemporaryDirectory() as tmp:
         base_root, ref_root = Path(tmp) / "base", Path(tmp) / "ref"
         materialize(tree, base, base_root, "vllm")

@@ -23,10 +23,12 @@ import shutil
 import time
 from pathlib import Path
 
-from serieskit import base, git, rebase_check, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
+from serieskit.series import base, export, safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
-from serieskit.target import Target
+from serieskit.upstream import rebase_check
 
 REPORTS = "reports"
 RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
@@ -145,8 +147,10 @@ def cont(where: Path | Target, log=print, finish=None):
 
 
 def abort(where: Path | Target, log=print) -> None:
-    """Back to where the rebase (or carry) started; commits it already made
-    (resolutions included) are kept under a backup ref."""
+    """Back to where the rebase (or carry) started, the patch folder as it was
+    (its resolutions/ included); commits it already made are kept under a
+    backup ref, and the conflicts resolved so far stay in the work tree's
+    rerere cache, where the next rebase or carry finds them."""
     t = target.of(where)
     repo = t.work
     state = State.load(t)
@@ -164,7 +168,12 @@ def abort(where: Path | Target, log=print) -> None:
         log(f"{kind}: the patches already moved onto {rb.target} are kept as {ref}")
     if git.operation_in_progress(repo) == "rebase":
         git.git(repo, "rebase", "--abort")
-    save_resolutions(t, repo, log)  # the stops already resolved need no second hand
+    if resolved := len(rb.resolved):
+        log(
+            f"{kind}: the {resolved} conflict step(s) resolved so far stay in "
+            f"{git.gitdir(repo) / 'rr-cache'}: the next {kind} in this work tree reuses them "
+            f"({t.patches_label}/{RESOLUTIONS}/ gets them when one finishes)"
+        )
     if git.rev(repo, "HEAD") != rb.old_head:
         git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
@@ -199,7 +208,7 @@ def update_pin(root: Path, log=print) -> None:
             f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
             f"set the torch vLLM {rb.version} pins"
         )
-    series.export(root, force=True, log=log)
+    export.export(root, force=True, log=log)
 
 
 def _fetch_git(repo: Path, url: str, ref: str, log) -> str:

@@ -23,9 +23,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import _pipfetch as pipfetch
 from serieskit import git
 from serieskit.errors import ToolkitError, failed, last_line
+from serieskit.series import _pipfetch as pipfetch
 
 PIN_FILE = "pin.toml"
 PACKAGE = "vllm"
@@ -170,7 +170,8 @@ def write_pin(root: Path, pin: Pin) -> None:
 def _port_table(port: Port) -> str:
     return (
         "\n# A port of the series to another release, kept beside the pin\n"
-        "# (README: Ports): its base as above, and its patch folder.\n"
+        '# (README: "Ports: moving to the next release"): its base as above,\n'
+        "# and its patch folder.\n"
         "[[port]]\n"
         f'version = "{port.version}"\n'
         f'sha256 = "{port.sha256}"\n'
@@ -232,6 +233,7 @@ def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tupl
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")
+    log(f"base: downloading {name} through pip's index (once; cached in {path.parent})")
     try:
         info = _download(name, version, part)
         expected = sha256 or info.get("sha256")
@@ -269,10 +271,10 @@ def _pip_python() -> str:
 
 
 def _download(name: str, version: str, dest: Path) -> dict:
-    pkg_root = str(Path(__file__).resolve().parent.parent)
+    pkg_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=pkg_root)
     proc = subprocess.run(
-        [_pip_python(), "-m", "serieskit._pipfetch", PACKAGE, version, name, str(dest)],
+        [_pip_python(), "-m", "serieskit.series._pipfetch", PACKAGE, version, name, str(dest)],
         stdout=subprocess.PIPE,
         stderr=None if _progress_wanted() else subprocess.PIPE,
         env=env,

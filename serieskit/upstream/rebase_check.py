@@ -26,8 +26,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serieskit import base, git, safety, series
+from serieskit import git
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import base, safety, series
 from serieskit.state import WORK
 
 
@@ -68,9 +69,9 @@ def targets(specs: list[str]) -> list[str]:
 
 def releases(specifier: str) -> list[str]:
     """The releases on pip's index that match ``specifier`` and have an sdist."""
-    pkg_root = str(Path(__file__).resolve().parent.parent)
+    pkg_root = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run(
-        [sys.executable, "-m", "serieskit._pipfetch", "--list", base.PACKAGE, specifier],
+        [sys.executable, "-m", "serieskit.series._pipfetch", "--list", base.PACKAGE, specifier],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=pkg_root),

@@ -22,7 +22,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from serieskit import git, results
 from serieskit.errors import ToolkitError
+from serieskit.series import series, target
 
 
 @dataclass
@@ -191,8 +193,6 @@ def coverage_rc(folder: Path) -> Path:
 
 def machine_slug(info: dict | None = None) -> str:
     """``cpu``, or the GPU and count: ``h200x2``."""
-    from serieskit import results
-
     gpus = (info or results.probe())["gpus"]
     if not gpus:
         return "cpu"
@@ -232,10 +232,8 @@ def test_counts(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
 
 
 def test_figures(outcomes: list[Outcome]) -> dict[str, dict]:
-    from serieskit.results import figure
-
     return {
-        f"{Path(o.file).stem}.{k}": figure(
+        f"{Path(o.file).stem}.{k}": results.figure(
             getattr(o, k), "tests", f"{o.file}: tests {k}", f"test_files['{o.file}'].{k}"
         )
         for o in outcomes
@@ -253,8 +251,6 @@ def write_results(
     """A ``tests`` results file (results/README.md): the header (this
     machine unless ``machine`` is given; ``series`` from
     :mod:`serieskit.results`), then each file's outcome and ``extra``."""
-    from serieskit import results
-
     doc = results.document(
         "tests",
         {"files": [asdict(o) for o in outcomes], **(extra or {})},
@@ -315,8 +311,6 @@ def regressions(base: dict[str, str], series: dict[str, str]) -> list[str]:
 
 def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit``, made or moved there."""
-    from serieskit import git
-
     if not (dest / ".git").exists():
         git.run(repo, "worktree", "prune")
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -360,8 +354,6 @@ def compare_upstream(
 def upstream(where, tree: Path, log=print) -> list[str]:
     """`nox -s test`'s second half: the manifest's upstream test files on the
     base and on the series (the pin's or a port's); returns the regressions."""
-    from serieskit import series, target
-
     t = target.of(where)
     tests = upstream_test_files(series.read_manifest(t))
     if not tests:

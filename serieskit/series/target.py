@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import base
 from serieskit.errors import ToolkitError
+from serieskit.series import base
 from serieskit.state import WORK
 
 PIN_TORCH = "2.14.1"  # what CPU tests install where pin.toml names no torch
@@ -76,7 +76,7 @@ def port(root: Path, version: str) -> Target:
         listed = ", ".join(p.version for p in ports) or "none"
         raise ToolkitError(
             f"pin.toml lists no port to vLLM {version} (ports: {listed}): "
-            "add a [[port]] table (README: Ports)"
+            'add a [[port]] table (README: "Ports: moving to the next release")'
         )
     folder = root / found.patches
     if not folder.is_dir():

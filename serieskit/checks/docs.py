@@ -15,10 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serieskit import git, safety, series, target
+from serieskit import git
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import export, safety, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
 
 GENERATOR = "tools/pre_commit/generate_runtime_reference.py"
 OUTPUT = "docs/design/architecture/runtime_reference.md"
@@ -158,7 +159,7 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
         log(f"docs: {OUTPUT} is up to date")
         return
     state = State.load(t)
-    series.require_exportable(t, state)
+    export.require_exportable(t, state)
     assert state.base
     head = git.rev(tree, "HEAD")
     if amend(tree, state.base, log=log):
@@ -167,4 +168,4 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
             f"docs: the series before regeneration is kept as "
             f"{safety.backup_ref(tree, head, 'docs')}"
         )
-        series.export(t, log=log)
+        export.export(t, log=log)

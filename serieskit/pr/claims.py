@@ -52,23 +52,6 @@ def resolve(data: object, path: str) -> object:
     return node
 
 
-def series_block(tree: Path, base_commit: str, commit: str, base_version: str) -> dict:
-    """The ``series`` header of a run of ``commit`` in the work tree: its tree and
-    the blob of every file the series changes (for the GPU machine's writers)."""
-    from serieskit import git
-
-    changed = git.git(tree, "diff", "--name-only", base_commit, commit).split()
-    listing = git.git(tree, "ls-tree", "-r", commit, "--", *changed) if changed else ""
-    files = {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines()}
-    return {
-        "base": f"vllm=={base_version}",
-        "commit": commit,
-        "tree": git.git(tree, "rev-parse", f"{commit}^{{tree}}").strip(),
-        "files": dict(sorted(files.items())),
-        "files_from": f"git ls-tree of {commit[:12]} in the work tree",
-    }
-
-
 def load(root: Path, file: str) -> dict:
     path = root / file
     data = json.loads(path.read_text())
@@ -141,14 +124,12 @@ def check(
     if isinstance(out.value, dict) and "value" in out.value:
         unit = out.value.get("unit")
         if unit != claim.unit:
-            out.problems.append(
-                f"{claim.file} {claim.path}: unit {unit!r}, the claim says {claim.unit!r}"
-            )
+            has = "the figure has no unit" if unit is None else f"unit {unit!r}"
+            out.problems.append(f"{claim.file} {claim.path}: {has}, the claim says {claim.unit!r}")
         out.value = out.value["value"]
-    if machine.get("name") != claim.machine:
-        out.problems.append(
-            f"{claim.file}: machine {machine.get('name')!r}, the claim says {claim.machine!r}"
-        )
+    if (name := machine.get("name")) != claim.machine:
+        has = "the file names no machine" if name is None else f"machine {name!r}"
+        out.problems.append(f"{claim.file}: {has}, the claim says {claim.machine!r}")
     if data["kind"] == "external":
         return out
     recorded = data["series"].get("files") or {}
@@ -168,15 +149,18 @@ def check(
             if blob is None
             else "changed since the run"
         )
+        ran_on = f"recorded {then[:12]}" if then else "recorded: no blob for it"
+        at_head = f"head {blob[:12]}" if blob else "at the head: no file"
         out.problems.append(
-            f"stale: {claim.file} ran on a series where {path} {what} "
-            f"(recorded {then and then[:12]}, head {blob and blob[:12]})"
+            f"stale: {claim.file} ran on a series where {path} {what} ({ran_on}, {at_head})"
         )
     return out
 
 
 def fmt(value: object, unit: str) -> str:
     """A figure as text: 3 significant decimals at most, thousands separated."""
+    if value is None:
+        return "(missing)"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"{value} {unit}".strip()
     if isinstance(value, int) or float(value).is_integer():

@@ -1,6 +1,8 @@
-"""The check ``serieskit wheel --verify`` runs inside the fresh virtual
-environment it installed the wheel into (with that environment's Python, in
-isolated mode: only the standard library, vLLM and its requirements).
+"""The check ``serieskit wheel --verify`` runs inside the fresh virtual environment.
+
+That is the environment it installed the wheel into, run with that
+environment's Python in isolated mode: only the standard library, vLLM and
+its requirements.
 
     python -I wheel_check.py EXPECTED_VERSION ENVIRONMENT
 

@@ -5,7 +5,7 @@ metadata, which needs torch. This asks pip's own package finder (so the
 user's index, extra indexes, find-links, certificates and proxies apply)
 for the file and downloads only that file, with pip's own session.
 
-Run as ``python -m serieskit._pipfetch NAME VERSION FILENAME DEST``; prints
+Run as ``python -m serieskit.series._pipfetch NAME VERSION FILENAME DEST``; prints
 JSON ``{"url": ..., "sha256": ..., "size": ...}`` and reports progress on
 stderr. Exit status NOT_FOUND means "no such file on the index", UNREACHABLE
 "the index could not be reached" (pip's own reason on stderr), 1 any other

@@ -5,6 +5,8 @@ in that folder's README): ``*.cu`` files hold kernels and launchers without
 torch headers, so each compiles with plain nvcc; ``*_sm75.cu`` files are
 Turing-only; ``*_ops.cpp`` files hold the torch bindings.
 
+What it compiles, for which architectures and with which toolchain is the
+recipe's, build/recipe.toml (:mod:`.recipe`); this module holds the how.
 ``build`` compiles every kernel for every architecture it targets and
 collects the ptxas resource usage; ``link_extension`` (needs torch with CUDA)
 turns them into an importable module. On a GPU machine the same session runs
@@ -23,12 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from serieskit.build import recipe
 from serieskit.errors import ToolkitError, failed
-
-SRC_DIR = "csrc/sm7x"
-MODULE = "_sm7x_C"
-ALL_ARCHS = ("70", "75")
-PTX_ARCH = "75"
+from serieskit.series.base import cache_dir
 
 
 @dataclass
@@ -67,14 +66,15 @@ class Report:
 
 
 def discover(tree: Path) -> list[Kernel]:
-    """The kernels of the series: Turing-only files build for sm_75 alone."""
-    src = tree / SRC_DIR
+    """The kernels of the series, each with the recipe's architectures for it
+    (Turing-only files build for sm_75 alone)."""
+    native = recipe.native()
+    src = tree / native.sources
     if not src.is_dir():
         return []
     kernels = []
     for path in sorted(src.glob("*.cu")):
-        archs = ("75",) if path.stem.endswith("_sm75") else ALL_ARCHS
-        kernels.append(Kernel(str(path.relative_to(tree)), archs))
+        kernels.append(Kernel(str(path.relative_to(tree)), native.archs_of(path.name)))
     return kernels
 
 
@@ -92,8 +92,9 @@ def nvcc_version(nvcc: str) -> str:
 
 def gencode_flags(archs: tuple[str, ...], ptx: bool) -> list[str]:
     flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    if ptx and PTX_ARCH in archs:
-        flags.append(f"-gencode=arch=compute_{PTX_ARCH},code=compute_{PTX_ARCH}")
+    ptx_arch = recipe.native().ptx_arch
+    if ptx and ptx_arch in archs:
+        flags.append(f"-gencode=arch=compute_{ptx_arch},code=compute_{ptx_arch}")
     return flags
 
 
@@ -137,14 +138,7 @@ def compile_kernel(
         str(tree / kernel.source),
         "-o",
         str(obj),
-        "-O3",
-        "-std=c++17",
-        "-lineinfo",
-        "-Xcompiler",
-        "-fPIC",
-        "--expt-relaxed-constexpr",
-        "-Xptxas",
-        "-v",
+        *recipe.native().nvcc_flags,
         *gencode_flags(archs, ptx),
         *(extra or []),
     ]
@@ -157,27 +151,20 @@ def compile_kernel(
     return obj, parse_ptxas(proc.stdout + proc.stderr)
 
 
-# CUDA 13 dropped Volta. Where the local nvcc cannot target an architecture,
-# the kernels are compiled (and their resources reported by ptxas) through a
-# CUDA 12 NVRTC from PyPI, installed once into the toolkit's cache: PyPI's
-# nvidia-cuda-nvcc-cu12 holds ptxas but no nvcc driver, NVRTC is the whole
-# CUDA C++ front end. Kernel files keep host code under #ifndef __CUDACC_RTC__.
-CUDA12 = ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia-cuda-runtime-cu12==12.9.79")
-
-
 def cuda12_toolchain(log=print) -> tuple[Path, Path]:
-    """(libnvrtc, CUDA include dir) of the cached CUDA 12 environment."""
-    from serieskit.base import cache_dir
-
+    """(libnvrtc, CUDA include dir) of the cached CUDA 12 environment: for
+    the architectures the local nvcc dropped (CUDA 13: Volta), the recipe's
+    CUDA 12 NVRTC from PyPI, installed once (build/recipe.toml says why)."""
+    packages = recipe.native().cuda12_nvrtc
     env = cache_dir().parent / "cuda12"
     site = env / "site"
     lib = site / "nvidia" / "cuda_nvrtc" / "lib" / "libnvrtc.so.12"
     include = site / "nvidia" / "cuda_runtime" / "include"
     stamp = env / "installed.txt"
-    if not lib.exists() or not stamp.exists() or stamp.read_text() != "\n".join(CUDA12):
+    if not lib.exists() or not stamp.exists() or stamp.read_text() != "\n".join(packages):
         log(
-            f"build: installing a CUDA 12 compiler ({', '.join(CUDA12)}) from PyPI "
-            f"into {env} (once)"
+            f"build: installing a CUDA 12 compiler ({', '.join(packages)}) from PyPI "
+            f"into {env} (once, about a minute)"
         )
         shutil.rmtree(env, ignore_errors=True)
         proc = _run(
@@ -190,13 +177,13 @@ def cuda12_toolchain(log=print) -> tuple[Path, Path]:
                 "--no-deps",
                 "--target",
                 str(site),
-                *CUDA12,
+                *packages,
             ],
             check=False,
         )
         if proc.returncode != 0 or not lib.exists():
             raise failed("build: installing the CUDA 12 compiler", proc)
-        stamp.write_text("\n".join(CUDA12))
+        stamp.write_text("\n".join(packages))
     return lib, include
 
 
@@ -297,12 +284,13 @@ def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Pat
         import torch
         from torch.utils import cpp_extension
     except ImportError as e:
-        raise ToolkitError(f"linking {MODULE} needs torch: {e}") from e
+        raise ToolkitError(f"linking {recipe.native().module} needs torch: {e}") from e
     cuda_home = Path(nvcc).resolve().parent.parent
     includes = [*cpp_extension.include_paths(), str(cuda_home / "include")]
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cpp_objs = []
-    for cpp in sorted((tree / SRC_DIR).glob("*.cpp")):
+    src = tree / recipe.native().sources
+    for cpp in sorted(src.glob("*.cpp")):
         obj = out / (cpp.stem + ".cpp.o")
         _run_or_raise(
             [
@@ -316,12 +304,12 @@ def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Pat
                 "-fPIC",
                 f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                 *(f"-I{i}" for i in includes),
-                f"-I{tree / SRC_DIR}",
+                f"-I{src}",
             ],
             f"compiling {cpp.name}",
         )
         cpp_objs.append(obj)
-    so = out / f"{MODULE}.abi3.so"
+    so = out / f"{recipe.native().module}.abi3.so"
     libdirs = [
         *cpp_extension.library_paths(),
         str(cuda_home / "lib64"),
@@ -354,17 +342,19 @@ def build(
     tree: Path,
     out: Path,
     *,
-    archs: tuple[str, ...] = ALL_ARCHS,
+    archs: tuple[str, ...] | None = None,
     ptx: bool = False,
     link: bool = False,
     nvcc: str | None = None,
     log=print,
 ) -> Report:
-    """Compile (and optionally link) the series' native code under ``out``."""
+    """Compile (and optionally link) the series' native code under ``out``
+    (for ``archs``, default: every architecture of the recipe)."""
+    archs = archs or recipe.native().archs
     kernels = discover(tree)
     report = Report()
     if not kernels:
-        log(f"build: the series has no native code yet ({SRC_DIR}/ is empty)")
+        log(f"build: the series has no native code yet ({recipe.native().sources}/ is empty)")
         return report
     nvcc = nvcc or shutil.which("nvcc")
     if nvcc is None:
@@ -388,6 +378,11 @@ def build(
             f"sm_{', sm_'.join(missing)}: linking a module for it needs a CUDA 12.x nvcc "
             "on PATH (or leave --link out to compile-check through CUDA 12 NVRTC)"
         )
+    if jobs:
+        log(
+            f"build: compiling {len(jobs)} kernel file(s) with {nvcc} "
+            f"(CUDA {report.nvcc['version']}), {os.cpu_count() or 2} at a time"
+        )
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda j: compile_kernel(nvcc, tree, j[0], j[1], ptx, out), jobs))
     if rtc_jobs:
@@ -397,7 +392,7 @@ def build(
             f"sm_{', sm_'.join(missing)}; compiling for it through CUDA 12 NVRTC"
         )
         lib, include = cuda12_toolchain(log)
-        report.nvcc["nvrtc"] = CUDA12[0]
+        report.nvcc["nvrtc"] = recipe.native().cuda12_nvrtc[0]
         results += [compile_kernel_nvrtc(lib, include, tree, k, a, out) for k, a in rtc_jobs]
     objects = [obj for obj, _ in results[: len(jobs)]]
     names = _demangle([u.function for _, usage in results for u in usage])
@@ -421,20 +416,24 @@ def build(
 
 
 def full_build(tree: Path, log=print) -> None:
-    """Build and install the whole patched vLLM for sm_70 / sm_75 (with the
-    series' own extension), into the current environment. Needs torch with
-    CUDA and an nvcc that targets both architectures (CUDA 12.x)."""
+    """Build and install the whole patched vLLM for the recipe's architectures
+    (with the series' own extension), into the current environment. Needs
+    torch with CUDA and an nvcc that targets them all (CUDA 12.x)."""
+    native = recipe.native()
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise ToolkitError("build --full: nvcc not found (install CUDA 12.x)")
-    missing = [a for a in ALL_ARCHS if a not in nvcc_archs(nvcc)]
+    missing = [a for a in native.archs if a not in nvcc_archs(nvcc)]
     if missing:
         raise ToolkitError(
             f"build --full: {nvcc} (CUDA {nvcc_version(nvcc)}) cannot "
             f"target sm_{', sm_'.join(missing)}: put a CUDA 12.x nvcc first on PATH"
         )
-    env = dict(os.environ, TORCH_CUDA_ARCH_LIST="7.0 7.5", VLLM_TARGET_DEVICE="cuda")
-    log(f'build --full: pip install --no-build-isolation {tree} for TORCH_CUDA_ARCH_LIST="7.0 7.5"')
+    env = dict(os.environ, **dict(native.full_env), TORCH_CUDA_ARCH_LIST=native.full_arch_list)
+    log(
+        f"build --full: pip install --no-build-isolation {tree} for "
+        f'TORCH_CUDA_ARCH_LIST="{native.full_arch_list}" (a whole vLLM build: tens of minutes)'
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", str(tree)], env=env
     )
@@ -490,7 +489,7 @@ def session(
     tree: Path,
     out: Path,
     *,
-    archs: tuple[str, ...] = ALL_ARCHS,
+    archs: tuple[str, ...] | None = None,
     ptx: bool = False,
     link: bool = False,
     report: Path | None = None,

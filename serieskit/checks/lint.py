@@ -23,7 +23,7 @@ Two verdicts compare with the base, because upstream's own state is not the
 series': a mypy hook fails only on errors the base's version of the same files
 does not have (the base is checked out in ``.work/lint/base``), and
 check-layering fails only on coupling increases over the base that no patch
-declares in the manifest (:mod:`serieskit.layering`).
+declares in the manifest (:mod:`serieskit.checks.layering`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
+from serieskit.checks import layering
 from serieskit.errors import ToolkitError
+from serieskit.series import series, target
+from serieskit.series.base import cache_dir
+from serieskit.state import State
 
 PRE_COMMIT = "pre-commit==4.7.0"
 PYYAML = "PyYAML==6.0.3"
@@ -253,9 +257,19 @@ def _checkout(repo: Path, dest: Path, commit: str) -> Path:
 
 def pre_commit_home() -> Path:
     """pre-commit's hook environments, beside the toolkit's other caches."""
-    from serieskit.base import cache_dir
-
     return cache_dir().parent / "pre-commit"
+
+
+def first_run_note() -> str | None:
+    """Said before pre-commit's first run with the toolkit's home, which
+    installs every hook's environment (minutes, silent until done)."""
+    home = pre_commit_home()
+    if (home / "db.db").exists():  # pre-commit's record of what it installed
+        return None
+    return (
+        f"lint: a first run installs the hooks' environments into {home} "
+        "(several minutes; later runs reuse them)"
+    )
 
 
 def pre_commit(tree: Path, config: Path, *args: str) -> str:
@@ -357,6 +371,8 @@ def run(
     head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
     hooks = write_offline_config(head, config)
     log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
+    if note := first_run_note():
+        log(note)
     _verdicts(
         hooks, parse_results(pre_commit(head, config, "--from-ref", base, "--to-ref", "HEAD"))
     )
@@ -406,9 +422,6 @@ def require_tools() -> None:
 def session(where, log=print) -> None:
     """``nox -s lint``: the applied series (the pin's or a port's) through its
     tree's own hooks."""
-    from serieskit import layering, series, target
-    from serieskit.state import State
-
     t = target.of(where)
     tree = series.applied_tree(t)
     base_commit = State.load(t).base  # a local: mypy keeps its narrowing in the closure

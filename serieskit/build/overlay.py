@@ -9,8 +9,8 @@ network and takes at most 64 MiB per run: part1 is the wheel's compiled core
 module (it must arrive in a first run and wait in /tmp; where it is larger
 than one run takes, in pieces: part1, part1-2, ..., one run each), part2 the
 rest (the overlay, the FA3 package vLLM's model inspection imports, and the
-wheels that machine lacks). ``gpu/stage1.sh`` and ``stage2.sh`` unpack them
-there.
+wheels that machine lacks), as overlays/gpu.toml lists them.
+``gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
 """
 
 from __future__ import annotations
@@ -27,52 +27,13 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import base, claims, series, target
+from serieskit import results
+from serieskit.build import recipe
+from serieskit.build.wheel_release import pack_release
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import base, series, target
+from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.target import Target
-from serieskit.wheel import pack_release
-
-WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
-CORE = "vllm/_C_stable_libtorch.abi3.so"
-FA_DIR = "vllm/vllm_flash_attn/"
-FA_SKIP = "_vllm_fa2_C.abi3.so"  # never loaded on this path; 140 MB
-# What the GPU image (Python 3.12, torch 2.11) lacks for the pinned vLLM's engine.
-GPU_WHEELS = (
-    "cbor2",
-    "pyzmq",
-    "openai-harmony",
-    "openai<3",
-    "msgspec",
-    "pybase64",
-    "cachetools",
-    "llguidance>=1.7,<1.8",
-    "xgrammar==0.2.8",
-    "apache-tvm-ffi",
-    "fastapi>=0.133,<0.137",
-    "partial-json-parser",
-    "pydantic",
-    "pydantic-core",
-    "annotated-types",
-    "typing-inspection",
-    "starlette",
-    "jiter",
-    "distro",
-    "sniffio",
-    "blake3",
-    "depyf",
-    "astor",
-    "dill",
-    "coverage==7.17.5",  # coverage: gpu/run_tests.py with COVERAGE=1
-    # vLLM 0.33.0's model loader imports it for every model; on 0.26.0 the
-    # NVFP4 compressed-tensors tests need it.
-    "compressed-tensors==0.17.0",
-    "loguru",
-)
-GPU_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 26, 27, 28, 31, 34, 35)] + [
-    "manylinux2014_x86_64",
-    "manylinux1_x86_64",
-]
 
 
 def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
@@ -91,19 +52,16 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
     return out
 
 
-# What one run may carry beside the working tree (a run takes 64 MiB in all).
-RUN_PIECE = 56 * 2**20
-
-
 def _split_for_runs(xz: Path, out: Path) -> None:
     """Cut the compressed core module into pieces that one run each carries:
     ``NAME.xz.00`` in part1, ``NAME.xz.01`` in part1-2, ...; stage2 joins them
     in order. One piece keeps its name."""
-    if xz.stat().st_size <= RUN_PIECE:
+    piece = recipe.gpu().piece_bytes
+    if xz.stat().st_size <= piece:
         return
     with xz.open("rb") as src:
         i = 0
-        while chunk := src.read(RUN_PIECE):
+        while chunk := src.read(piece):
             folder = out / ("part1" if i == 0 else f"part1-{i + 1}")
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{xz.name}.{i:02d}").write_bytes(chunk)
@@ -121,8 +79,10 @@ def pack_gpu(
     tree_id: str = "?",
     files: dict[str, str] | None = None,
 ) -> None:
-    """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine."""
-    wheel, wheel_sha = base.fetch(WHEEL.format(v=version), version, log=log)
+    """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine
+    (what they hold: overlays/gpu.toml)."""
+    gpu = recipe.gpu()
+    wheel, wheel_sha = base.fetch(gpu.wheel.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
     source = p1 / "SOURCE"
     fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
@@ -132,22 +92,23 @@ def pack_gpu(
         d.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as z:
         if fresh:  # part1 depends on the wheel alone: made once
-            log(f"gpu: compressing {CORE} (about a minute)")
-            xz = p1 / (Path(CORE).name + ".xz")
-            with z.open(CORE) as src, lzma.open(xz, "wb", preset=6) as dst:
+            log(f"gpu: compressing {gpu.core} (about a minute)")
+            xz = p1 / (Path(gpu.core).name + ".xz")
+            with z.open(gpu.core) as src, lzma.open(xz, "wb", preset=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             _split_for_runs(xz, out)
             source.write_text(wheel_sha + "\n")
         with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
             for info in z.infolist():
-                if info.filename.startswith(FA_DIR) and not info.filename.endswith(FA_SKIP):
+                name = info.filename
+                if name.startswith(gpu.flash_attn_dir) and not name.endswith(gpu.flash_attn_skip):
                     data = z.read(info)
                     ti = tarfile.TarInfo(info.filename)
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
         # For `serieskit wheel` there (gpu/serve.sh): the release's RECORD checks
         # every compiled member the wheel takes from the assembled tree.
-        pack_release(z, version, tree, p2 / "release.tar.xz", skip=(CORE, FA_DIR))
+        pack_release(z, version, tree, p2 / "release.tar.xz", skip=(gpu.core, gpu.flash_attn_dir))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
         tar.add(
             tree / "vllm",
@@ -177,7 +138,8 @@ def pack_gpu(
     (p2 / "VERSION").write_text(version + "\n")
     whl = p2 / "whl"
     whl.mkdir()
-    plats = [arg for p in GPU_PLATFORMS for arg in ("--platform", p)]
+    plats = [arg for p in gpu.platforms for arg in ("--platform", p)]
+    log(f"gpu: downloading the {len(gpu.wheels)} wheels the GPU image lacks ({recipe.GPU})")
     proc = subprocess.run(
         [
             sys.executable,
@@ -188,13 +150,13 @@ def pack_gpu(
             "--no-deps",
             "--only-binary=:all:",
             "--python-version",
-            "3.12",
+            gpu.python,
             "--implementation",
             "cp",
             *plats,
             "-d",
             str(whl),
-            *GPU_WHEELS,
+            *gpu.wheels,
         ],
         capture_output=True,
         text=True,
@@ -204,7 +166,7 @@ def pack_gpu(
     for part in (*sorted(out.glob("part1*")), p2):
         size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
-        if size > 60 * 2**20:
+        if size > gpu.part_bytes:
             raise ToolkitError(f"gpu: {part} is {size / 2**20:.0f} MiB, over what one run takes")
     (out / "MANIFEST.sha256").write_text(
         "".join(
@@ -260,7 +222,7 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
         head = State.load(t).head or "?"
         tests = series.test_files(t)
         extra = ["csrc/sm7x", *tests, *test_helpers(tree, tests)]
-        block = claims.series_block(tree, State.load(t).base or "", head, t.version)
+        block = results.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(
             tree, dest, t.version, head, extra, log=log, tree_id=block["tree"], files=block["files"]

@@ -1,0 +1,1 @@
+"""Making things from the series: its native module, the overlay, an installable wheel."""

@@ -1,0 +1,128 @@
+"""The build's recipes, read from the toolkit's data files: build/ and overlays/.
+
+``build/recipe.toml`` says what the native build compiles and with what;
+``overlays/gpu.toml`` what an overlay for the GPU machine is made from. The
+code in this package holds only the how; a malformed or missing recipe is
+one ``error:`` line that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from serieskit.errors import ToolkitError
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = "build/recipe.toml"
+GPU = "overlays/gpu.toml"
+
+
+@dataclass(frozen=True)
+class Native:
+    """``build/recipe.toml``: the series' extension, its toolchain, ``--full``."""
+
+    sources: str
+    module: str
+    archs: tuple[str, ...]
+    ptx_arch: str
+    nvcc_flags: tuple[str, ...]
+    kernels: tuple[tuple[str, tuple[str, ...]], ...]  # (file name glob, archs), in order
+    cuda12_nvrtc: tuple[str, ...]
+    full_arch_list: str
+    full_env: tuple[tuple[str, str], ...]
+
+    def archs_of(self, file_name: str) -> tuple[str, ...]:
+        """The architectures of one kernel file: its first matching pattern's."""
+        for pattern, archs in self.kernels:
+            if fnmatch.fnmatchcase(file_name, pattern):
+                return archs
+        raise ToolkitError(
+            f"{BUILD} gives no architectures for {self.sources}/{file_name}: "
+            "add a pattern for it under [native.kernels]"
+        )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """``overlays/gpu.toml``: the GPU machine's loads, made from a released wheel."""
+
+    wheel: str
+    core: str
+    flash_attn_dir: str
+    flash_attn_skip: str
+    part_bytes: int  # what one part may hold (a run carries the working tree too)
+    piece_bytes: int  # the core module's pieces, where it is larger than a part
+    python: str
+    wheels: tuple[str, ...]
+    platforms: tuple[str, ...]
+
+
+def _load(rel: str) -> dict:
+    path = ROOT / rel
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ToolkitError(f"{rel} is missing: the toolkit's checkout is incomplete") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ToolkitError(f"{rel} is malformed: {e}") from None
+
+
+def _get(data: dict, rel: str, keys: tuple[str, ...], kind: type) -> object:
+    """``data[k1][k2]...``, of ``kind`` (a list: of strings), or an error naming it."""
+    node: object = data
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            raise ToolkitError(f"{rel} lacks {'.'.join(keys)}")
+        node = node[key]
+    strings = kind is not list or all(isinstance(x, str) for x in node)  # type: ignore[attr-defined]
+    if not isinstance(node, kind) or not strings:
+        what = "a list of strings" if kind is list else f"a {kind.__name__}"
+        raise ToolkitError(f"{rel}: {'.'.join(keys)} is not {what}")
+    return node
+
+
+@functools.cache
+def native() -> Native:
+    data = _load(BUILD)
+
+    def get(key: str, kind: type = str):
+        return _get(data, BUILD, tuple(key.split(".")), kind)
+
+    kernels = get("native.kernels", dict)
+    for pattern in kernels:
+        _get(data, BUILD, ("native", "kernels", pattern), list)
+    return Native(
+        sources=get("native.sources"),
+        module=get("native.module"),
+        archs=tuple(get("native.archs", list)),
+        ptx_arch=get("native.ptx_arch"),
+        nvcc_flags=tuple(get("native.nvcc_flags", list)),
+        kernels=tuple((p, tuple(a)) for p, a in kernels.items()),
+        cuda12_nvrtc=tuple(get("toolchain.cuda12_nvrtc.packages", list)),
+        full_arch_list=get("full.torch_cuda_arch_list"),
+        full_env=tuple(sorted(get("full.env", dict).items())),
+    )
+
+
+@functools.cache
+def gpu() -> Gpu:
+    data = _load(GPU)
+
+    def get(key: str, kind: type = str):
+        return _get(data, GPU, tuple(key.split(".")), kind)
+
+    return Gpu(
+        wheel=get("wheel.file"),
+        core=get("wheel.core"),
+        flash_attn_dir=get("wheel.flash_attn_dir"),
+        flash_attn_skip=get("wheel.flash_attn_skip"),
+        part_bytes=get("machine.part_mib", int) * 2**20,
+        piece_bytes=get("machine.piece_mib", int) * 2**20,
+        python=get("machine.python"),
+        wheels=tuple(get("machine.wheels", list)),
+        platforms=tuple(get("machine.platforms", list)),
+    )

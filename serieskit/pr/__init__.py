@@ -1,0 +1,1 @@
+"""Upstream pull requests from the series: groups, claims, duplicates, their text."""

@@ -1,0 +1,346 @@
+"""Upstream pull requests from the series, with their evidence.
+
+The manifest's ``[[pr]]`` tables group the patches into pull requests
+(:mod:`.groups`). For each group the session builds its branch
+(:mod:`.branches`: the lower groups' commits first, then its own, re-signed
+by the contributor), checks it (DCO, title, template sections, claims,
+vLLM's limits, the tree's pre-commit) and writes ``.work/pr/<name>/``:
+``title.txt``, ``body.md`` (the target tree's own pull-request template,
+filled from results files through claims, :mod:`.prbody`),
+``range-diff.txt`` against the previous version and ``check.json``.
+
+Commits, trailers and refs are read through GitPython; am, format-patch and
+range-diff are git porcelain run through :mod:`serieskit.git`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from serieskit import git
+from serieskit.checks import lint
+from serieskit.errors import ToolkitError
+from serieskit.pr import claims, duplicates, prbody
+from serieskit.pr.branches import (
+    PLACEHOLDER,
+    Built,
+    build_branches,
+    identity,
+    onto_target,
+    versions,
+)
+from serieskit.pr.groups import gitpython, head_blobs, order, read_groups, stacks
+from serieskit.series import series
+from serieskit.series.target import Target
+from serieskit.state import State
+
+MAX_OPEN = 6  # vLLM's contributing guide: at most 6 open pull requests
+RFC_LINES = 500  # ... and an RFC issue first for more changed lines outside these:
+NOT_COUNTED = ("tests/", "csrc/", "vllm/config/", "vllm/kernels/", "docs/")
+TITLE = re.compile(r"^(\[[^][]+\])+ +[^\s].*$")  # vLLM's pr-title check
+TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
+
+
+# --- checks -----------------------------------------------------------------
+
+
+def check_signoff(repo, rng: str, signoff: str) -> list[str]:
+    name, mail = identity(signoff)
+    problems = []
+    for c in repo.iter_commits(rng):
+        trailers = c.trailers_list
+        who = f"{c.hexsha[:12]} {c.summary}"
+        if (c.author.name, c.author.email) != (name, mail):
+            problems.append(f"{who}: author {c.author.name} <{c.author.email}>")
+        if (c.committer.name, c.committer.email) != (name, mail):
+            problems.append(f"{who}: committer {c.committer.name} <{c.committer.email}>")
+        sobs = [v for k, v in trailers if k == "Signed-off-by"]
+        if f"{name} <{mail}>" not in sobs:
+            problems.append(f"{who}: no Signed-off-by: {signoff}")
+        if any(k == series.NAME_TRAILER for k, _ in trailers) or PLACEHOLDER in c.message:
+            problems.append(f"{who}: still carries the toolkit's trailers")
+    return problems
+
+
+def empty_sections(body: str) -> list[str]:
+    """Template sections (## headings) with nothing but comments and blanks."""
+    out = []
+    parts = re.split(r"^## +(.+?)\s*$", body, flags=re.M)
+    for heading, text in zip(parts[1::2], parts[2::2], strict=True):
+        text = re.sub(r"<!--.*?-->", "", text.split("\n---")[0], flags=re.S)
+        if not text.strip():
+            out.append(heading)
+    return out
+
+
+def run_checks(
+    t: Target,
+    tree: Path,
+    b: Built,
+    body: str,
+    checked: list[claims.Checked],
+    signoff: str,
+    n_groups: int,
+    stack_len: int,
+    strict: bool = False,
+    log_dir: Path | None = None,
+) -> list[dict]:
+    gp = gitpython()
+    repo = gp.Repo(tree)
+    state = State.load(t)
+    out: list[dict] = []
+
+    def add(name: str, problems: list[str] | None, detail: str = "") -> None:
+        out.append(
+            {
+                "check": name,
+                "ok": None if problems is None else not problems,
+                "problems": problems or [],
+                "detail": detail,
+            }
+        )
+
+    applies = list(b.problems)
+    if b.ref and not applies:
+        if repo.commit(b.ref).hexsha != b.head:
+            applies.append(f"{b.ref} does not point at the built head")
+        if b.lower and not repo.is_ancestor(b.lower, b.ref):
+            applies.append("the lower pull request's head is not in this branch")
+    add("applies to its ref", applies, b.ref or "")
+    add(
+        "Signed-off-by of the contributor",
+        check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"],
+    )
+    add(
+        "title",
+        []
+        if TITLE.match(b.group.title)
+        else [f"{b.group.title!r} fails vLLM's title check {TITLE.pattern}"],
+    )
+    add("template sections", [f"section {s!r} is empty" for s in empty_sections(body)])
+    add("claims", list(dict.fromkeys(p for c in checked for p in c.problems)))
+    add(
+        f"at most {MAX_OPEN} pull requests in a stack",
+        [f"{n_groups} pull requests in the set, {stack_len} in this stack"]
+        if max(n_groups, stack_len) > MAX_OPEN
+        else [],
+    )
+    counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
+    rfc = b.group.rfc
+    add(
+        f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
+        []
+        if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file())
+        else [
+            f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
+            'it as rfc = "..." in its [[pr]]' + (f" ({rfc} is missing)" if rfc else "")
+        ],
+        f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""),
+    )
+    add(
+        "pre-commit on the changed files", *precommit(t, tree, b, state.base or "", strict, log_dir)
+    )
+    return out
+
+
+def precommit(
+    t: Target, tree: Path, b: Built, base_commit: str, strict: bool, log_dir: Path | None = None
+) -> tuple[list[str] | None, str]:
+    """(problems or None when not run, detail): the PR head's own pre-commit
+    config on its commits (:func:`serieskit.checks.lint.precommit_changed`), the log
+    in ``pre-commit.txt`` beside its body (``.work/pr/<name>/``). Without
+    pre-commit installed it is "not run", and a problem under ``strict``
+    (``--check``)."""
+    if not b.head:
+        return None, "not built"
+    if git.run(tree, "cat-file", "-e", f"{b.head}:{lint.CONFIG}").returncode != 0:
+        return None, f"not run: the target tree has no {lint.CONFIG}"
+    try:
+        lint.require_tools()
+    except ToolkitError as e:
+        return ([f"not run: {e}"] if strict else None), f"not run: {e}"
+    lines: list[str] = []
+    failed = lint.precommit_changed(
+        tree, t.out("lint") / "pr", b.lower or base_commit, b.head, log=lines.append
+    )
+    dest = (log_dir or t.out("pr") / b.group.name) / "pre-commit.txt"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("\n".join(lines) + "\n")
+    rel = dest.relative_to(t.root) if dest.is_relative_to(t.root) else dest
+    return [f"hook {h} fails (see {rel})" for h in failed], f"log: {rel}"
+
+
+def rfc_lines(tree: Path, lower: str, head: str) -> int:
+    """Lines a PR's own commits add or remove outside kernels, config and tests."""
+    total = 0
+    for line in git.git(tree, "diff", "--numstat", lower, head).splitlines():
+        added, removed, path = line.split("\t", 2)
+        if not path.startswith(NOT_COUNTED) and added != "-":
+            total += int(added) + int(removed)
+    return total
+
+
+# --- the session -------------------------------------------------------------
+
+
+def session(
+    root: Path,
+    onto: str | None,
+    signoff: str | None,
+    version: int | None = None,
+    others: Path | None = None,
+    check: bool = False,
+    manifest: Path | None = None,
+    out_dir: Path | None = None,
+    push: bool = False,
+    remote: str | None = None,
+    gh: bool = False,
+    log=print,
+) -> dict[str, list[dict]]:
+    if not signoff:
+        raise ToolkitError(
+            'pr needs --signoff "Name <mail>": every commit is re-signed '
+            "with the contributor's identity"
+        )
+    identity(signoff)
+    t = onto_target(root, onto)
+    tree = series.applied_tree(t)
+    groups = read_groups(root, manifest)
+    if not groups:
+        raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
+    st = stacks(groups)
+    built = build_branches(t, tree, groups, signoff, version, log)
+    state = State.load(t)
+    assert state.base
+    head = git.rev(tree, "HEAD") or ""
+    template = tree / TEMPLATE
+    if not template.is_file():
+        raise ToolkitError(f"{template} does not exist: the target tree has no PR template")
+    out_root = out_dir or t.out("pr")
+    results: dict[str, list[dict]] = {}
+    failed = []
+    for g in order(groups):
+        b = built[g.name]
+        files = (
+            sorted(git.git(tree, "diff", "--name-only", b.lower or state.base, b.head).split())
+            if b.head
+            else []
+        )
+        blobs = head_blobs(tree, [b.head, head] if b.head else [head], files)
+        checked = [claims.check(root, c, blobs, g.changed_since) for c in g.claims]
+        dup = (
+            duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords, others)
+            if others and b.head
+            else None
+        )
+        body = prbody.render(
+            root,
+            tree,
+            template.read_text(),
+            g,
+            b,
+            built,
+            st,
+            checked,
+            dup,
+            state.base_label or "",
+            base=state.base,
+        )
+        dest = out_root / g.name
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "title.txt").write_text(g.title + "\n")
+        (dest / "body.md").write_text(body)
+        prev = b.version - 1
+        refs = versions(gitpython().Repo(tree), g.name)
+        if b.head and prev in refs:
+            rd = git.git(tree, "range-diff", "--no-color", state.base, refs[prev], b.head)
+        else:
+            rd = f"v{b.version}: no previous version\n"
+        (dest / "range-diff.txt").write_text(rd)
+        res = run_checks(
+            t,
+            tree,
+            b,
+            body,
+            checked,
+            signoff,
+            len(groups),
+            len(st[g.name]),
+            strict=check or push,
+            log_dir=dest,
+        )
+        (dest / "check.json").write_text(
+            json.dumps(
+                {
+                    "name": g.name,
+                    "ref": b.ref,
+                    "head": b.head,
+                    "version": b.version,
+                    "title": g.title,
+                    "checks": res,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        results[g.name] = res
+        bad = [c for c in res if c["ok"] is False]
+        log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
+        for c in bad:
+            for p in c["problems"]:
+                failed.append(f"{g.name}: {c['check']}: {p}")
+    if (check or push) and failed:
+        raise ToolkitError(
+            "pr --check failed:\n"
+            + "\n".join(f"  {f}" for f in failed)
+            + ("\n  nothing pushed" if push else "")
+        )
+    if push:
+        publish(tree, [built[g.name] for g in order(groups)], out_root, remote, gh, log)
+    return results
+
+
+def publish(
+    tree: Path, built: list[Built], out_root: Path, remote: str | None, gh: bool, log=print
+) -> None:
+    """The optional last step: push each branch to the fork, open draft PRs."""
+    if not remote:
+        raise ToolkitError("--push needs --remote (the fork: a URL or a remote's name)")
+    if gh and shutil.which("gh") is None:
+        raise ToolkitError("--gh needs the GitHub CLI `gh` on PATH")
+    for b in built:
+        branch = f"series-pr/{b.group.name}-v{b.version}"
+        proc = git.run(tree, "push", remote, f"{b.ref}:refs/heads/{branch}", isolated=False)
+        if proc.returncode != 0:
+            raise ToolkitError(
+                f"git push of {b.ref} to {remote} failed:\n" + proc.stderr.decode(errors="replace")
+            )
+        log(f"pr: pushed {b.ref} to {remote} {branch}")
+        if gh:
+            dest = out_root / b.group.name
+            cmd = [
+                "gh",
+                "pr",
+                "create",
+                "--draft",
+                "--repo",
+                "vllm-project/vllm",
+                "--base",
+                "main",
+                "--head",
+                branch,
+                "--title",
+                b.group.title,
+                "--body-file",
+                str(dest / "body.md"),
+            ]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ToolkitError(
+                    f"{' '.join(cmd[:4])} for {b.group.name} failed:\n" + done.stderr
+                )
+            log(f"pr: draft {done.stdout.strip()}")

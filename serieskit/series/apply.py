@@ -1,0 +1,318 @@
+"""``apply``: the work tree as the target's base plus one commit per patch.
+
+Each patch is committed with ``git am --3way`` (author and dates from the
+patch, a fixed committer, so the same series gives the same commit ids
+everywhere), and each commit must touch exactly the files its patch lists.
+A patch that does not apply stops the series there, saying both ways on:
+fix the patch file, or finish it by hand and ``apply --continue``
+(:mod:`.resume`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from serieskit import git
+from serieskit.errors import ToolkitError
+from serieskit.series import base, safety, target
+from serieskit.series.series import (
+    BRANCH,
+    PatchFile,
+    Where,
+    check_patches,
+    fingerprint,
+    read_series,
+)
+from serieskit.series.target import Target
+from serieskit.state import State
+
+
+def apply(where: Where, force: bool = False, log=print) -> State:
+    """Make the work tree the target's base plus its series; a no-op when current."""
+    git.require_version()
+    start = time.monotonic()
+    t = target.of(where)
+    root, repo = t.root, t.work
+    names = read_series(t)
+    patches = check_patches(t, names)
+    state = State.load(t)
+    safety.guard_folder(root, repo, force, log)
+    base.ensure_repo(repo)
+
+    if state.rebase_stopped:
+        raise ToolkitError(stopped_message(t, state))
+    op = git.operation_in_progress(repo)
+    if op == "am" and state.in_progress in ("apply", "continue"):
+        # Our own am, killed midway: git's abort restores HEAD and keeps
+        # changes to files the patch does not touch; the guard sees the rest.
+        git.git(repo, "am", "--abort")
+    elif op is not None:
+        raise ToolkitError(
+            f"a git {op} is in progress in {repo}: finish it, or "
+            f"`git -C {repo} {op} --abort`, then run this again"
+        )
+    if state.in_progress:
+        what = "apply --continue" if state.in_progress == "continue" else "apply"
+        log(
+            f"apply: an earlier {what} was interrupted at {state.applied}/{state.total}; "
+            "applying again"
+        )
+
+    moved = state.base is not None and t.commit is not None and state.base != t.commit
+    if moved and not force:
+        raise ToolkitError(
+            f"the work tree holds the series rebased onto {state.base_label} (nox -s rebase), "
+            "not the pin's base: `nox -s rebase -- --update-pin` moves the pin there, "
+            "`nox -s apply -- --force` goes back to the pin and keeps the rebased commits "
+            f"under {safety.BACKUP_REF}/"
+        )
+    safety.guard(
+        root,
+        repo,
+        state,
+        "apply",
+        force,
+        log,
+        export_cmd=t.cmd("export"),
+        extra_known=_left_by_interrupted_apply(repo, state, names, patches),
+        keep=_keep_by_hand(t, state),
+    )
+    if moved and (head := git.rev(repo, "HEAD")):
+        log(
+            f"apply: kept the series rebased onto {state.base_label} as "
+            f"{safety.backup_ref(repo, head, 'rebased')}"
+        )
+
+    base_commit, _ = base.ensure_base(repo, t.version, t.sha256, t.commit, log=log)
+    fp = fingerprint(t, base_commit)
+    head = git.rev(repo, "HEAD")
+    if (
+        fp == state.fingerprint
+        and head == state.head
+        and head is not None
+        and state.complete
+        and git.branch(repo) == BRANCH
+        and not git.dirty_files(repo)
+    ):
+        log(
+            f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
+            f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)"
+        )
+        return state
+    if not names:
+        log(
+            f"apply: {t.patches_label}/series lists no patch: the work tree is "
+            f"vLLM {t.version} alone"
+        )
+
+    state = State(
+        base=base_commit,
+        base_label=t.version,
+        total=len(names),
+        in_progress="apply",
+        head=base_commit,
+        started_from=safety.tips(repo),
+    )
+    state.save(t)
+    git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
+    apply_each(t, state, names, patches, log)
+    state.in_progress = None
+    state.fingerprint = fp
+    state.save(t)
+    log(
+        f"apply: {len(names)} patch(es) on vLLM {t.version} ({t.patches_label}), HEAD "
+        f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)"
+    )
+    return state
+
+
+def _keep_by_hand(t: Target, state: State) -> str | None:
+    """How to keep work over a stopped apply, where export refuses: a patch
+    finished by hand goes on with --continue (None: the guard's usual way)."""
+    if state.in_progress == "continue":
+        return (
+            f"`{t.cmd('apply', '--continue')}` goes on with the patch(es) you finished by "
+            f"hand, then `{t.cmd('export')}` writes them out"
+        )
+    if state.failed and not state.in_progress:
+        return (
+            f"`{t.cmd('apply', '--continue')}` takes one commit of yours as the stopped patch "
+            f"{state.failed} and applies the rest, then `{t.cmd('export')}` writes it out"
+        )
+    return None
+
+
+def stopped_message(t: Target, state: State) -> str:
+    """Why a session refuses while a rebase or a carry is stopped at a conflict."""
+    if state.rebase and state.rebase.kind == "carry":
+        return (
+            f"a carry to the port is stopped at a conflict: finish it with "
+            f"`nox -s carry -- {t.version} --continue` or give up with `--abort`"
+        )
+    return (
+        "a rebase is stopped at a conflict: finish it with "
+        "`nox -s rebase -- --continue` or give up with `--abort`"
+    )
+
+
+def _left_by_interrupted_apply(
+    repo: Path, state: State, names: list[str], patches: dict[str, PatchFile]
+) -> tuple[str, ...]:
+    """What an interrupted apply left in the work tree that is not the user's:
+    the commits it started from (its guard had passed them) and those it made.
+    An interrupted `apply --continue` left none: below its commits is a patch
+    finished by hand, which only export puts in the patch folder."""
+    if state.in_progress != "apply":
+        return ()
+    return (*state.started_from, *_made_by_interrupted_apply(repo, state, names, patches))
+
+
+def _made_by_interrupted_apply(
+    repo: Path, state: State, names: list[str], patches: dict[str, PatchFile]
+) -> tuple[str, ...]:
+    """The commits an apply killed between `git am` and its state save made:
+    on top of the last recorded one, by the toolkit's committer, one per next
+    patch of the series, in order. Anything else is the user's."""
+    if state.in_progress != "apply" or not state.head:
+        return ()
+    ours = made_since(repo, state.head, state.applied, names, patches)
+    return (ours,) if ours else ()
+
+
+def made_since(
+    repo: Path, since: str, applied: int, names: list[str], patches: dict[str, PatchFile]
+) -> str | None:
+    """The last of the commits on top of ``since`` that are the toolkit's, one
+    per next patch of the series (after ``applied``), in order: its committer,
+    the patch's subject. None when the first one is not."""
+    if git.rev(repo, since) is None:
+        return None
+    out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{since}..HEAD")
+    ours = None
+    for i, line in enumerate(out.splitlines()):
+        cid, committer, subject = line.split("\0")
+        k = applied + i
+        if k >= len(names) or committer != git.COMMITTER[0] or subject != patches[names[k]].subject:
+            break
+        ours = cid
+    return ours
+
+
+def apply_each(
+    t: Target, state: State, names: list[str], patches: dict[str, PatchFile], log=print
+) -> None:
+    """Commit each patch after the first ``state.applied`` on HEAD, saving the
+    state after each; one that does not apply stops here (:func:`_stop`)."""
+    repo, n = t.work, len(names)
+    for i, name in enumerate(names[state.applied :], state.applied + 1):
+        log(f"apply {i}/{n}: {patches[name].subject}")
+        if problem := _am(t, name, patches[name]):
+            _stop(t, state, name, i, n, problem)
+        state.applied = i
+        state.sources.append([name, patch_sha256(t.patches / name)])
+        if state.in_progress == "continue":
+            state.continued_head = git.rev(repo, "HEAD")  # on a patch finished by hand
+        else:
+            state.head = git.rev(repo, "HEAD")
+        state.save(t)
+
+
+def patch_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stop(t: Target, state: State, name: str, i: int, n: int, problem: str) -> None:
+    """Record where the apply stopped and say both ways on: fix the patch file
+    and apply, or finish the patch by hand and `apply --continue`."""
+    repo = t.work
+    by_hand = state.in_progress == "continue" or state.continued_head is not None
+    state.in_progress = None
+    state.failed = name
+    if by_hand:  # `head` stays below the patches finished by hand
+        state.continued_head = git.rev(repo, "HEAD")
+    else:
+        state.head = git.rev(repo, "HEAD")
+    state.save(t)
+    shown = f"{t.patches_label}/{name}" if t.port else name
+    rest = f", then applies patches {i + 1}-{n}" if i < n else ""
+    first = (
+        "finish this patch by hand in the work tree too (the ones you finished stay as you "
+        f"made them; `{t.cmd('apply', '--force')}` would start over from the patch files, "
+        f"keeping your commits under {safety.BACKUP_REF}/):"
+        if by_hand
+        else f"fix the patch file, then `{t.cmd('apply')}`; or finish the patch by hand "
+        "in the work tree:"
+    )
+    raise ToolkitError(
+        f"patch {shown} ({i}/{n}) {problem}; the work tree holds patches 1-{i - 1} only\n"
+        f"  {first}\n"
+        f"    {am_by_hand(t, name)}\n"
+        "    (resolve the files, `git add` them, `git am --continue`; or edit and `git commit`)\n"
+        f"    {t.cmd('apply', '--continue')}\n"
+        f"    (takes your one commit as this patch{rest}; `{t.cmd('export')}` then writes "
+        "it as you made it)"
+    )
+
+
+def _am(t: Target, name: str, patch: PatchFile) -> str | None:
+    """Commit one patch; check the commit touches exactly the patch's files.
+    What went wrong, with HEAD back where it was, or None."""
+    repo = t.work
+    proc = git.run(
+        repo,
+        "am",
+        "--3way",
+        "--keep-non-patch",
+        "--committer-date-is-author-date",
+        "--no-gpg-sign",
+        str(t.patches / name),
+    )
+    problem = None
+    if proc.returncode != 0:
+        files = conflicted(repo) or _am_failed_files(proc.stdout + proc.stderr)
+        problem = "does not apply" + (f" (conflict in {', '.join(files)})" if files else "")
+        git.run(repo, "am", "--abort")
+    else:
+        touched = set(git.changed_files(repo, "HEAD"))
+        if touched != patch.files:
+            problem = (
+                "applied, but its commit touches "
+                f"{', '.join(sorted(touched ^ patch.files))} against what it lists"
+            )
+            git.git(repo, "reset", "-q", "--hard", "HEAD~1")  # our own commit, from the patch
+    return problem
+
+
+def conflicted(repo: Path) -> list[str]:
+    out = git.git(repo, "diff", "--name-only", "--diff-filter=U", check=False)
+    return out.split()
+
+
+def _am_failed_files(output: bytes) -> list[str]:
+    files = []
+    for line in output.decode(errors="replace").splitlines():
+        for marker in ("patch failed: ", "CONFLICT (content): Merge conflict in "):
+            if marker in line:
+                files.append(line.split(marker, 1)[1].rsplit(":", 1)[0].strip())
+    return sorted(set(files))
+
+
+def am_by_hand(t: Target, name: str) -> str:
+    """The command that applies a stopped patch in the work tree for the user
+    to finish: a 3-way merge leaves conflict markers; --keep-non-patch keeps a
+    subject's [Tag] (git am drops it otherwise), as apply does."""
+    return f"git -C {t.work} am -3 --keep-non-patch {t.patches / name}"
+
+
+def stopped_ways(t: Target, state: State) -> str:
+    """The ways on from an apply stopped at a patch (for export and status)."""
+    assert state.failed
+    by_hand = (
+        f"finish it by hand in the work tree (`{am_by_hand(t, state.failed)}`, resolve, "
+        f"`git am --continue`), then `{t.cmd('apply', '--continue')}`"
+    )
+    if state.continued_head:  # a plain apply would refuse over the earlier hand work
+        return by_hand
+    return f"fix the patch and `{t.cmd('apply')}`, or {by_hand}"

@@ -1,0 +1,326 @@
+"""The series' files: patches/ (the source of truth), its order and its manifest.
+
+Everything that reads the patch folder, or writes it as ``git format-patch``
+files, lives here; making the work tree from it is :mod:`.apply` (and
+:mod:`.resume` after a patch finished by hand), writing it back
+:mod:`.export`. Both go through :mod:`.safety`: the user's work in the work
+tree is never discarded without ``--force``, and then it is kept first.
+"""
+
+from __future__ import annotations
+
+import email
+import email.header
+import email.policy
+import hashlib
+import io
+import re
+import tarfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from serieskit import git
+from serieskit.errors import ToolkitError, failed
+from serieskit.series import safety, target
+from serieskit.series.target import Target
+from serieskit.state import State
+
+# Every function that takes ``where`` acts on that target (the pin's series or
+# a port, see serieskit.series.target); a toolkit root means the pin's.
+Where = Path | Target
+
+PATCHES = "patches"
+SERIES = "series"
+MANIFEST = "manifest.toml"
+BRANCH = safety.BRANCH
+# The trailer that ties a commit to its manifest entry, whatever its subject.
+NAME_TRAILER = "Patch-Name"
+
+# Every flag that changes what format-patch writes, pinned (git's config is
+# isolated as well, see git.STABLE_CONFIG), so that apply + export is byte-stable.
+FORMAT_PATCH_ARGS = (
+    "format-patch",
+    "--zero-commit",  # "From 000..." instead of the commit id, which differs per committer
+    "--no-signature",  # no "-- \n2.39.5": the git version would drift
+    "--full-index",  # full blob ids: `am --3way` finds the preimage on any base
+    "--no-numbered",  # "[PATCH]", not "[PATCH 3/6]": inserting a patch renames no other
+    "--no-cover-letter",
+    "--no-thread",
+    "--no-attach",
+    "--no-color",
+    "--stat=80",
+    "--stat-graph-width=20",  # the stat does not follow the terminal's width
+)
+
+
+def work_repo(where: Where) -> Path:
+    return target.of(where).work
+
+
+def applied_tree(where: Where) -> Path:
+    t = target.of(where)
+    if not git.is_repo(t.work) or not State.load(t).base:
+        raise ToolkitError(f"no work tree: run `{t.cmd('apply')}` first")
+    return t.work
+
+
+# --- patches/ --------------------------------------------------------------
+
+
+def read_series(where: Where) -> list[str]:
+    """Patch file names in order, from the target's series file (checked: no
+    duplicates, every file present)."""
+    t = target.of(where)
+    path, label = t.patches / SERIES, f"{t.patches_label}/{SERIES}"
+    if not path.exists():
+        raise ToolkitError(
+            f"{path} is missing: it lists the patches in order (an empty file for an empty series)"
+        )
+    seen: dict[str, int] = {}  # name -> its line
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line in seen:
+            raise ToolkitError(
+                f"{label} names {line} twice (lines {seen[line]} and {n}): remove one"
+            )
+        if not (t.patches / line).is_file():
+            raise ToolkitError(f"{label} names {line}, which does not exist")
+        seen[line] = n
+    return list(seen)
+
+
+def read_manifest(where: Where) -> list[dict]:
+    t = target.of(where)
+    path = t.patches / MANIFEST
+    if not path.exists():
+        return []
+    try:
+        return tomllib.loads(path.read_text()).get("patch", [])
+    except tomllib.TOMLDecodeError as e:
+        raise ToolkitError(f"{t.patches_label}/{MANIFEST} is malformed: {e}") from None
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    """What a format-patch file says about itself."""
+
+    subject: str
+    name: str | None  # its Patch-Name trailer
+    files: frozenset[str]  # every path its diffs touch
+    diffs: int  # `diff --git` sections
+    inserted: int
+    deleted: int
+    stat: tuple[int, int, int] | None  # files, insertions, deletions of its summary line
+
+
+_STAT = re.compile(
+    r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
+    r"(?:, (\d+) deletions?\(-\))?$",
+    re.M,
+)
+
+
+def read_patch(path: Path) -> PatchFile:
+    raw = path.read_bytes()
+    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    subject = " ".join(
+        str(email.header.make_header(email.header.decode_header(msg.get("Subject", "")))).split()
+    )
+    subject = subject.removeprefix("[PATCH] ")
+    text = raw.decode(errors="replace")
+    head, _, body = text.partition("\ndiff --git ")
+    body = "diff --git " + body if body else ""
+    trailer = re.search(rf"^{NAME_TRAILER}: *(\S+) *$", head, re.M)
+    stat = _STAT.search(head)
+    files: set[str] = set()
+    diffs = inserted = deleted = 0
+    in_hunk = False
+    for line in body.splitlines():
+        if line.startswith("diff --git "):
+            diffs += 1
+            in_hunk = False
+            m = re.match(r"diff --git a/(\S+) b/(\S+)$", line)
+            if m:
+                files.update(m.groups())
+        elif line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            inserted += 1
+        elif in_hunk and line.startswith("-"):
+            deleted += 1
+    return PatchFile(
+        subject,
+        trailer.group(1) if trailer else None,
+        frozenset(files),
+        diffs,
+        inserted,
+        deleted,
+        tuple(int(g or 0) for g in stat.groups()) if stat else None,  # type: ignore[arg-type]
+    )
+
+
+def patch_problem(patch: PatchFile) -> str | None:
+    """Why a patch file is truncated or malformed, by its own summary line."""
+    if patch.diffs == 0:
+        return "it holds no diff"
+    if patch.stat is None:
+        return None  # written by hand, without a stat: git am is the judge
+    files, ins, dels = patch.stat
+    if patch.diffs != files:
+        return (
+            f"its summary says {files} file(s) changed but it holds {patch.diffs} "
+            "diff(s): the file is truncated"
+        )
+    if (patch.inserted, patch.deleted) != (ins, dels):
+        return (
+            f"its summary says +{ins} -{dels} lines but its hunks hold "
+            f"+{patch.inserted} -{patch.deleted}: the file is truncated or edited"
+        )
+    return None
+
+
+def check_patches(where: Where, names: list[str]) -> dict[str, PatchFile]:
+    """Read every patch file of the series; the first bad one is an error."""
+    t = target.of(where)
+    patches = {}
+    for i, name in enumerate(names, 1):
+        patch = read_patch(t.patches / name)
+        if problem := patch_problem(patch):
+            raise ToolkitError(
+                f"{t.patches_label}/{name} ({i}/{len(names)}) is malformed: {problem}"
+            )
+        patches[name] = patch
+    return patches
+
+
+def fingerprint(where: Where, base_commit: str) -> str:
+    """Of the base and the patch folder as they are; a missing series file
+    counts as a change, never as an error (export may write it)."""
+    t = target.of(where)
+    h = hashlib.sha256(base_commit.encode())
+    if not (t.patches / SERIES).exists():
+        return h.hexdigest() + "-no-series"
+    for name in read_series(t):
+        h.update(b"\0" + name.encode() + b"\0")
+        h.update((t.patches / name).read_bytes())
+    return h.hexdigest()
+
+
+# --- format-patch ----------------------------------------------------------
+
+
+def format_patches(repo: Path, base_commit: str, out: Path) -> list[str]:
+    """Write base..HEAD as byte-stable format-patch files; return their names."""
+    merges = git.git(repo, "rev-list", "--merges", f"{base_commit}..HEAD").split()
+    if merges:
+        raise ToolkitError(
+            f"the work tree has merge commits ({merges[0][:12]}): a series must be linear"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    listed = git.git(repo, *FORMAT_PATCH_ARGS, "-o", str(out), f"{base_commit}..HEAD")
+    return [Path(p).name for p in listed.split()]
+
+
+# --- manifest --------------------------------------------------------------
+
+REQUIRED = ("name", "seed", "summary", "config", "tests")
+
+
+def check_manifest(where: Where, repo: Path, base_commit: str, names: list[str]) -> None:
+    """Each commit names its manifest entry with a Patch-Name trailer; a
+    commit without one, an entry without a commit, or an entry lacking a
+    key fails (nothing is written). No manifest, no check."""
+    t = target.of(where)
+    manifest = f"{t.patches_label}/{MANIFEST}"
+    entries = read_manifest(t)
+    if not entries and not (t.patches / MANIFEST).exists():
+        return
+    problems = [
+        f"{manifest} entry {e.get('name', e.get('file'))} lacks "
+        f"{', '.join(k for k in REQUIRED if k not in e)}"
+        for e in entries
+        if any(k not in e for k in REQUIRED)
+    ]
+    listed = [e.get("name") for e in entries]
+    trailers = commit_names(repo, base_commit)
+    for cid, subject, name in trailers:
+        if name is None:
+            problems.append(
+                f'commit {cid[:12]} "{subject}" has no {NAME_TRAILER}: trailer '
+                f"(`git commit --amend --trailer '{NAME_TRAILER}: NAME'`, and a "
+                f'[[patch]] entry with name = "NAME" in {manifest})'
+            )
+        elif name not in listed:
+            problems.append(
+                f'commit {cid[:12]} "{subject}" is {NAME_TRAILER}: {name}, '
+                f"which {manifest} has no entry for"
+            )
+    have = {name for _, _, name in trailers}
+    problems += [
+        f"{manifest} has an entry {n} that no commit names: remove it, or "
+        f"restore the commit's {NAME_TRAILER}: trailer"
+        for n in listed
+        if n not in have
+    ]
+    if problems:
+        raise ToolkitError(
+            "the manifest does not match the series (nothing written):\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
+
+
+def commit_names(repo: Path, base_commit: str) -> list[tuple[str, str, str | None]]:
+    """(id, subject, Patch-Name trailer) of each commit of the series."""
+    fmt = f"%H%x00%s%x00%(trailers:key={NAME_TRAILER},valueonly,separator=%x01)%x00"
+    out = git.git(repo, "log", "--reverse", f"--format={fmt}", f"{base_commit}..HEAD")
+    rows = []
+    fields = out.split("\0")
+    for i in range(0, len(fields) - 3, 3):
+        cid, subject, name = (f.strip() for f in fields[i : i + 3])
+        rows.append((cid, subject, name.split("\x01")[0].strip() or None))
+    return rows
+
+
+def manifest_entry(where: Where, name: str) -> dict | None:
+    return next((e for e in read_manifest(where) if e.get("name") == name), None)
+
+
+def test_files(where: Where) -> list[str]:
+    """The series' test files, in series order, from the manifest."""
+    files: list[str] = []
+    for entry in read_manifest(where):
+        files += [t for t in entry.get("tests", []) if t not in files]
+    return files
+
+
+def layering_acknowledged(where: Where) -> dict[str, str]:
+    """Files whose coupling count a patch raises on purpose, with the reason
+    (the manifest's ``layering`` tables)."""
+    declared: dict[str, str] = {}
+    for entry in read_manifest(where):
+        for path, why in entry.get("layering", {}).items():
+            declared[path] = f"{entry.get('name', 'an unnamed patch')}: {why}"
+    return declared
+
+
+def test_requirements(where: Where) -> list[str]:
+    """What the series' CPU tests need installed: the target's torch (with the
+    Triton it pins, which compiles the series' Triton kernels for sm_75 / sm_70
+    without a GPU) and its tree's Python requirements; nothing while the series
+    has no test files."""
+    t = target.of(where)
+    if not test_files(t):
+        return []
+    return [f"torch=={t.torch}", "-r", str(t.work / "requirements" / "common.txt")]
+
+
+def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:
+    """Write ``paths`` of ``commit`` into ``dest`` without touching the work tree."""
+    archive = git.run(repo, "archive", "--format=tar", commit, *paths)
+    if archive.returncode != 0:
+        raise failed(f"git archive of {commit[:12]}", archive)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")

@@ -1,0 +1,218 @@
+"""CI's pipeline (ci/pipeline.toml, serieskit.checks.pipeline, `nox -s ci`):
+its stages run in order, each duration is printed against its budget and
+written down, a stage over its budget warns and one far over it fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli import FakeSession, SessionFailed, _load_noxfile
+
+from serieskit.checks import pipeline
+from serieskit.errors import ToolkitError
+
+REPO = Path(__file__).resolve().parent.parent
+INSTALLS = ("ci", "series")  # what the ci session of noxfile.py knows
+
+TWO = """
+[budgets]
+fail_factor = 2
+
+[[stage]]
+name = "setup"
+about = "the tools"
+install = "ci"
+budget_s = 10
+
+[[stage]]
+name = "tests"
+about = "the tests"
+run = [["pytest", "{posargs}"], ["echo", "done"]]
+budget_s = 100
+"""
+
+
+def write(root: Path, text: str) -> Path:
+    (root / "ci").mkdir(parents=True, exist_ok=True)
+    (root / pipeline.PIPELINE).write_text(text)
+    return root
+
+
+class Clock:
+    """Each stage takes what ``took`` says, in order."""
+
+    def __init__(self, *took: float) -> None:
+        self.now, self.took, self.started = 0.0, list(took), False
+
+    def __call__(self) -> float:
+        if self.started:
+            self.now += self.took.pop(0)
+        self.started = not self.started
+        return self.now
+
+
+class Recorder:
+    """The pipeline run with recorded commands and log lines (kept when it raises)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.calls: list[tuple] = []
+
+    def run(self, root: Path, took: tuple[float, ...], fail: str | None = None, posargs=()):
+        def command(*args):
+            self.calls.append(args)
+            if args[0] == fail:
+                raise RuntimeError(f"{fail} failed")
+
+        return pipeline.run(
+            root,
+            pipeline.load(root, INSTALLS),
+            command=command,
+            install=lambda what: self.calls.append(("install", what)),
+            posargs=list(posargs),
+            log=self.lines.append,
+            clock=Clock(*took),
+        )
+
+
+def test_committed_pipeline_runs_what_ci_must():
+    """The stages of the real file: the toolkit's checks and tests, then the
+    main job on the pinned series, each with a budget."""
+    p = pipeline.load(REPO, INSTALLS)
+    commands = [" ".join(cmd) for s in p.stages for cmd in s.run]
+    assert commands == [
+        "pre-commit run --all-files --show-diff-on-failure",
+        "python -m pytest -q tests {posargs}",
+        "python -m serieskit apply",
+        "python -m serieskit export --check",
+        "python -m serieskit build",
+        "python -m serieskit wheel --no-module --verify",
+        "python -m serieskit docs --check",
+        "python -m serieskit lint",
+        "python -m serieskit test",
+    ]
+    installs = [s.install for s in p.stages if s.install]
+    assert installs == ["ci", "series"]
+    names = [s.name for s in p.stages]  # the series' requirements after apply makes the tree
+    assert names.index("apply") < names.index("test requirements") < names.index("series tests")
+
+
+def test_each_stage_is_timed_against_its_budget(tmp_path):
+    root = write(tmp_path, TWO)
+    rec = Recorder()
+    timings = rec.run(root, (4, 130), posargs=["-x", "-q"])
+    lines = rec.lines
+    assert rec.calls == [("install", "ci"), ("pytest", "-x", "-q"), ("echo", "done")]
+    assert "ci: stage 1/2, setup (budget 10 s): the tools" in lines
+    assert "ci: setup took 4 s (budget 10 s)" in lines
+    assert "ci: tests took 2 min 10 s, over its budget of 1 min 40 s (warning)" in lines
+    assert [t.seconds for t in timings] == [4, 130]
+    data = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
+    assert data["complete"] is True and data["total_s"] == 134
+    assert [(s["name"], s["seconds"], s["budget_s"]) for s in data["stages"]] == [
+        ("setup", 4, 10),
+        ("tests", 130, 100),
+    ]
+
+
+def test_a_stage_far_over_its_budget_fails_ci(tmp_path):
+    root = write(tmp_path, TWO)
+    rec = Recorder()
+    with pytest.raises(ToolkitError, match=r"setup took 25 s, over 2 times its budget of 10 s"):
+        rec.run(root, (25, 1))
+    assert "ci: setup took 25 s, over 2 times its budget of 10 s" in rec.lines
+    assert "ci: tests took 1 s (budget 1 min 40 s)" in rec.lines  # the rest ran
+
+
+def test_a_failing_command_stops_the_pipeline_after_the_summary(tmp_path):
+    last = '\n[[stage]]\nname = "last"\nabout = "x"\nbudget_s = 5\nrun = [["true"]]\n'
+    root = write(tmp_path, TWO + last)
+    rec = Recorder()
+    with pytest.raises(RuntimeError, match="pytest failed"):
+        rec.run(root, (1, 7), fail="pytest")
+    lines = rec.lines
+    assert ("echo", "done") not in rec.calls
+    assert "ci: tests failed after 7 s (budget 1 min 40 s)" in lines
+    assert any(line.split() == ["last", "not", "run", "budget", "5", "s"] for line in lines)
+    data = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
+    assert data["complete"] is False and [s["ok"] for s in data["stages"]] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            'install = "ci"',
+            'install = "gpu"',
+            r"installs 'gpu', which the ci session does not know",
+        ),
+        ("budget_s = 10", "", r"stage 1 \(setup\) lacks budget_s"),
+        ("budget_s = 10", "budget_s = 0", r"budget_s is not positive"),
+        ('install = "ci"\n', "", r"stage 1 \(setup\) does nothing"),
+        ('["echo", "done"]', '"echo done"', r"run is not a list of commands"),
+        ('name = "tests"', 'name = "setup"', r"names stage 'setup' twice"),
+        ("fail_factor = 2", "fail_factor = 0.5", r"fail_factor is not a number of at least 1"),
+    ],
+)
+def test_a_broken_pipeline_is_one_error_naming_it(tmp_path, old, new, message):
+    assert old in TWO
+    root = write(tmp_path, TWO.replace(old, new, 1))
+    with pytest.raises(ToolkitError, match=message):
+        pipeline.load(root, INSTALLS)
+
+
+class CiSession(FakeSession):
+    """What the ci session uses of nox.Session, recorded."""
+
+    def __init__(self, posargs: list[str]) -> None:
+        super().__init__(posargs)
+        self.ran: list[tuple] = []
+        self.logged: list[str] = []
+
+    def run(self, *args, **kw) -> None:
+        self.ran.append(args)
+
+    def install(self, *args, silent: bool = True) -> None:
+        self.ran.append(("pip install", *args))
+        self.silent = silent  # pip's own lines are the progress
+
+    def log(self, text: str) -> None:
+        self.logged.append(text)
+
+    def notify(self, *args, **kw) -> None:
+        pass
+
+
+def test_nox_ci_session_runs_the_pipeline_file(tmp_path, monkeypatch):
+    pytest.importorskip("nox")
+    noxfile = _load_noxfile()
+    root = write(tmp_path, TWO)
+    (root / "pin.toml").write_text((REPO / "pin.toml").read_text())
+    monkeypatch.setattr(noxfile, "ROOT", root)
+    monkeypatch.setattr(noxfile, "_ports", lambda session: [])
+    session = CiSession(["-k", "x"])
+    noxfile.ci(session)
+    assert session.ran[0][0] == "pip install" and noxfile.PYTEST in session.ran[0]
+    assert session.ran[1:] == [("pytest", "-k", "x"), ("echo", "done")]
+    assert any(line.startswith("installing 'ci' requirements: ") for line in session.logged)
+    assert (root / ".work" / pipeline.TIMINGS).is_file()
+    write(root, TWO.replace("budget_s = 10", "budget_s = -1"))
+    with pytest.raises(SessionFailed, match="budget_s is not positive"):
+        noxfile.ci(CiSession([]))
+
+
+def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(root, monkeypatch):
+    pytest.importorskip("nox")
+    noxfile = _load_noxfile()
+    monkeypatch.setattr(noxfile, "ROOT", root)
+    requirements = ["torch==9.9", "-r", "r.txt"]
+    monkeypatch.setattr(noxfile.series, "test_requirements", lambda t: requirements)
+    session = CiSession([])
+    noxfile.test(session)
+    (line,) = session.logged
+    assert line.startswith("installing the series' test requirements: ")
+    assert "torch==9.9 -r r.txt" in line and "several minutes on a first run" in line
+    assert session.ran[0][0] == "pip install" and "torch==9.9" in session.ran[0]
+    assert session.silent is False
