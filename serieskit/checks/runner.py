@@ -7,18 +7,25 @@ fixtures.
 
 One process per file, as the seed's Test Plan does: a file that crashes its
 process, leaks CUDA state or initialises torch.distributed cannot affect the
-next. Each file writes JUnit XML; the summary gives per file
-``N passed, N failed, N skipped`` and the skip reasons.
+next. On a machine without a GPU several files run at once (a process per
+core); their lines and the summary keep the files' order. Each file writes
+JUnit XML; the summary gives per file ``N passed, N failed, N skipped`` and
+the skip reasons.
 """
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -133,16 +140,79 @@ def run_file(
     return outcome
 
 
-def run_all(tree: Path, tests: list[str], out_dir: Path, log=print, **kw) -> list[Outcome]:
+def has_gpu() -> bool:
+    """Whether nvidia-smi lists a GPU (without importing torch, which takes
+    seconds)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "GPU" in out
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs() -> int:
+    """Files run at once: one per core on a machine without a GPU; one at a
+    time where there is a GPU (the files would share its memory, and the
+    host all-reduce's timeouts must not compete with another file)."""
+    return 1 if has_gpu() else cores()
+
+
+def thread_env(jobs: int) -> dict[str, str]:
+    """With ``jobs`` files at once, each process's share of the cores for
+    torch's intra-op threads (unless the caller set OMP_NUM_THREADS): two
+    processes with a thread per core each would fight over the cores."""
+    if jobs <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, cores() // jobs))}
+
+
+def _in_order(
+    tree: Path, tests: list[str], out_dir: Path, jobs: int, kw: dict, label: str, log
+) -> list[Outcome]:
+    """Run ``tests`` (``jobs`` at a time), logging each file's line in the
+    files' order as its result is known."""
+    for test in tests:  # every file is there before any starts
+        if not (tree / test).is_file():
+            raise ToolkitError(f"test file {test} is not in {tree}")
+    outcomes: list[Outcome] = []
+    if jobs <= 1:
+        for i, test in enumerate(tests, 1):
+            log(f"{label} {i}/{len(tests)}: {test}")
+            outcomes.append(run_file(tree, test, out_dir, **kw))
+            log("  " + outcomes[-1].line())
+        return outcomes
+    log(f"{label}: {len(tests)} file(s), {jobs} at a time (one process each)")
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(run_file, tree, test, out_dir, **kw) for test in tests]
+        for i, (test, future) in enumerate(zip(tests, futures, strict=True), 1):
+            outcomes.append(future.result())
+            log(f"{label} {i}/{len(tests)}: {test}")
+            log("  " + outcomes[-1].line())
+    return outcomes
+
+
+def run_all(
+    tree: Path, tests: list[str], out_dir: Path, log=print, jobs: int = 1, **kw
+) -> list[Outcome]:
+    """Each file in a pytest process of its own, ``jobs`` at a time; the
+    keyword arguments are :func:`run_file`'s."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if not tests:
         log("test: the series has no test files yet (patches/manifest.toml lists none)")
         return []
-    outcomes = []
-    for i, test in enumerate(tests, 1):
-        log(f"test {i}/{len(tests)}: {test}")
-        outcomes.append(run_file(tree, test, out_dir, **kw))
-        log("  " + outcomes[-1].line())
+    if jobs > 1:
+        kw["env"] = {**thread_env(jobs), **(kw.get("env") or {})}
+    outcomes = _in_order(tree, tests, out_dir, jobs, kw, "test", log)
     log(summary(outcomes))
     return outcomes
 
@@ -263,16 +333,25 @@ def write_results(
     return doc
 
 
-# -- upstream's own tests, on the base and on the series ---------------------
+# -- upstream's own tests of the files the series touches --------------------
 #
 # Upstream's CPU-runnable test files that cover files the series changes
-# (patches/manifest.toml, `upstream_tests` per patch) run one process each on
-# the base (a detached worktree of the base commit, .work/upstream/base) and
-# on the series. A test that passes on the base and neither passes nor skips
-# with the series fails the session; upstream's own failures on this machine
-# (tests that fail on the base too) are reported, not held against the series.
+# (patches/manifest.toml, `upstream_tests` per patch). Their outcomes on the
+# base alone are recorded once per base and torch, in the patch folder's
+# upstream-baseline.json (`nox -s test -- --record-upstream-baseline`, on a
+# detached worktree of the base commit, .work/upstream/base); each run then
+# runs them on the series only. A test that passed in the baseline and
+# neither passes nor skips with the series fails the session, as does a
+# test the baseline does not know (the series adds or renames it) that
+# fails; upstream's own failures on this machine (tests that fail on the
+# base too) are reported, not held against the series.
 
 UPSTREAM = "upstream"
+BASELINE = "upstream-baseline.json"
+# Tests that would fetch a model fail at once instead of retrying the hub,
+# on the base and on the series alike.
+UPSTREAM_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+OUTCOMES = ("passed", "failed", "skipped")
 
 
 def upstream_test_files(manifest: list[dict]) -> list[str]:
@@ -309,6 +388,11 @@ def regressions(base: dict[str, str], series: dict[str, str]) -> list[str]:
     )
 
 
+def new_failures(base: dict[str, str], series: dict[str, str]) -> list[str]:
+    """Tests the base does not have (the series adds or renames them) that fail."""
+    return sorted(t for t, r in series.items() if r == "failed" and t not in base)
+
+
 def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit``, made or moved there."""
     if not (dest / ".git").exists():
@@ -321,58 +405,193 @@ def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
     return dest
 
 
-def compare_upstream(
-    base_tree: Path, series_tree: Path, tests: list[str], out_dir: Path, log=print, **kw
-) -> list[str]:
-    """Run ``tests`` on both trees; return the regressions as
-    ``file::test``, after a line per file."""
-    found = []
-    for i, test in enumerate(tests, 1):
-        log(f"upstream {i}/{len(tests)}: {test}")
-        results = {}
-        for name, tree in (("base", base_tree), ("series", series_tree)):
-            run_file(tree, test, out_dir / name, **kw)
-            results[name] = case_results(out_dir / name / (test.replace("/", "__") + ".xml"))
-        lost = regressions(results["base"], results["series"])
-        counts = {name: sum(r == "passed" for r in res.values()) for name, res in results.items()}
-        fails = sum(r == "failed" for r in results["base"].values())
-        changed = (base_tree / test).read_bytes() != (series_tree / test).read_bytes()
-        log(
-            f"  base {counts['base']} passed ({fails} failed there too), "
-            f"series {counts['series']} passed, {len(lost)} regression(s)"
-            + ("; the series changes this file" if changed else "")
-        )
-        for t in lost:
-            log(
-                f"      REGRESSION {t}: passes on the base, "
-                f"{results['series'].get(t, 'not reported')} with the series"
+def installed_torch(python: str = sys.executable) -> str:
+    """The torch version of the Python that runs the tests."""
+    if python == sys.executable:
+        try:
+            return importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            raise ToolkitError(
+                "torch is not installed here: run the tests through `nox -s test`"
+            ) from None
+    proc = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise ToolkitError(f"torch is not installed in {python}: run the tests through nox")
+    return proc.stdout.strip()
+
+
+@dataclass
+class Baseline:
+    """upstream-baseline.json: upstream's tests of the touched files on the base."""
+
+    version: str  # vLLM release of the base
+    commit: str  # the base commit
+    torch: str
+    python: str
+    recorded: str  # YYYY-MM-DD
+    files: dict[str, dict[str, str]]  # test file -> {test id: outcome}
+
+    def to_json(self) -> str:
+        doc = {
+            "about": (
+                "Outcomes of upstream's tests of the files the series touches, on the base "
+                "alone (no patch), on a machine without a GPU. `nox -s test -- --upstream` "
+                "runs them on the series and fails on a test that passed here and neither "
+                "passes nor skips there. Written by `nox -s test -- --record-upstream-baseline`."
+            ),
+            "base": {"version": self.version, "commit": self.commit},
+            "torch": self.torch,
+            "python": self.python,
+            "recorded": self.recorded,
+            "files": {
+                f: {o: sorted(t for t, r in tests.items() if r == o) for o in OUTCOMES}
+                for f, tests in self.files.items()
+            },
+        }
+        return json.dumps(doc, indent=1) + "\n"
+
+    @classmethod
+    def read(cls, path: Path, label: str) -> Baseline:
+        try:
+            doc = json.loads(path.read_text())
+            files = {
+                f: {t: o for o in OUTCOMES for t in outcomes.get(o, [])}
+                for f, outcomes in doc["files"].items()
+            }
+            return cls(
+                doc["base"]["version"],
+                doc["base"]["commit"],
+                doc["torch"],
+                doc.get("python", ""),
+                doc.get("recorded", ""),
+                files,
             )
-        found += [f"{test}::{t}" for t in lost]
-    return found
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ToolkitError(f"{label} is malformed ({e!r})") from None
 
 
-def upstream(where, tree: Path, log=print) -> list[str]:
-    """`nox -s test`'s second half: the manifest's upstream test files on the
-    base and on the series (the pin's or a port's); returns the regressions."""
+def load_baseline(where, base_commit: str, torch: str, tests: list[str]) -> Baseline:
+    """The target's baseline, refused (with the command that refreshes it)
+    when it was recorded on another base or torch or lacks a test file."""
+    t = target.of(where)
+    path = t.patches / BASELINE
+    label = f"{t.patches_label}/{BASELINE}"
+    refresh = f"refresh it with `{t.cmd('test', '--record-upstream-baseline')}`"
+    if not path.exists():
+        raise ToolkitError(f"{label} is missing (upstream's tests on the base): {refresh}")
+    b = Baseline.read(path, label)
+    if b.commit != base_commit:
+        raise ToolkitError(
+            f"{label} was recorded on base {b.commit[:12]} (vLLM {b.version}); the series is on "
+            f"{base_commit[:12]} (vLLM {t.version}): {refresh}"
+        )
+    if b.torch != torch:
+        raise ToolkitError(
+            f"{label} was recorded with torch {b.torch}; this environment has torch {torch}: "
+            f"{refresh}"
+        )
+    if missing := [f for f in tests if f not in b.files]:
+        raise ToolkitError(f"{label} has no outcomes for {', '.join(missing)}: {refresh}")
+    return b
+
+
+def outcomes_on(
+    tree: Path, tests: list[str], out: Path, jobs: int = 1, log=print
+) -> dict[str, dict[str, str]]:
+    """{file: {test id: outcome}} of ``tests`` run on ``tree`` (a file that
+    reports no test at all is an error: a baseline of nothing holds nothing)."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**thread_env(jobs), **UPSTREAM_ENV}
+    _in_order(tree, tests, out, jobs, {"env": env}, "upstream (base)", log)
+    files = {f: case_results(out / (f.replace("/", "__") + ".xml")) for f in tests}
+    for f, results in files.items():
+        counts = ", ".join(f"{sum(r == o for r in results.values())} {o}" for o in OUTCOMES)
+        log(f"  {f}: {counts}")
+        if not results:
+            raise ToolkitError(f"upstream: {f} reported no test on the base (its log is in {out})")
+    return files
+
+
+def record_baseline(where, tree: Path, jobs: int = 1, log=print) -> Path:
+    """Run the manifest's upstream test files on the base alone (a detached
+    worktree of the base commit) and write the target's baseline."""
+    t = target.of(where)
+    tests = upstream_test_files(series.read_manifest(t))
+    if not tests:
+        raise ToolkitError(
+            f"{t.patches_label}/manifest.toml names no upstream_tests: there is nothing to record"
+        )
+    state = series.State.load(t)
+    assert state.base
+    torch = installed_torch()
+    base_tree = worktree_at(tree, t.out(UPSTREAM) / "base", state.base)
+    log(f"upstream: recording the base's outcomes ({state.base[:12]}, torch {torch})")
+    baseline = Baseline(
+        t.version,
+        state.base,
+        torch,
+        platform.python_version(),
+        datetime.datetime.now(datetime.UTC).date().isoformat(),
+        outcomes_on(base_tree, tests, t.out("test-results") / UPSTREAM / "base", jobs, log),
+    )
+    path = t.patches / BASELINE
+    path.write_text(baseline.to_json())
+    log(f"upstream: wrote {t.patches_label}/{BASELINE}")
+    return path
+
+
+def upstream(where, tree: Path, jobs: int = 1, log=print) -> list[str]:
+    """`nox -s test -- --upstream`: the manifest's upstream test files on the
+    series (the pin's or a port's), against the recorded baseline; returns the
+    failures as ``file::test``."""
     t = target.of(where)
     tests = upstream_test_files(series.read_manifest(t))
     if not tests:
         return []
     state = series.State.load(t)
     assert state.base
-    base_tree = worktree_at(tree, t.out(UPSTREAM) / "base", state.base)
-    out = t.out("test-results") / UPSTREAM
-    for d in ("base", "series"):
-        (out / d).mkdir(parents=True, exist_ok=True)
-    # Tests that would fetch a model fail at once instead of retrying the hub,
-    # on both trees alike.
-    found = compare_upstream(
-        base_tree,
-        tree,
-        tests,
-        out,
-        log=log,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    baseline = load_baseline(t, state.base, installed_torch(), tests)
+    log(
+        f"upstream: {len(tests)} file(s) on the series, against {t.patches_label}/{BASELINE} "
+        f"(recorded {baseline.recorded}, torch {baseline.torch})"
+    )
+    found = compare_with_baseline(
+        baseline, tree, tests, t.out("test-results") / UPSTREAM / "series", jobs, log
     )
     log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
+    return found
+
+
+def compare_with_baseline(
+    baseline: Baseline, tree: Path, tests: list[str], out: Path, jobs: int = 1, log=print
+) -> list[str]:
+    """Run ``tests`` on ``tree``; return, as ``file::test``, the tests that
+    passed in the baseline and neither pass nor skip now, and the failing
+    tests the baseline does not know."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**thread_env(jobs), **UPSTREAM_ENV}
+    outcomes = _in_order(tree, tests, out, jobs, {"env": env}, "upstream", log)
+    found = []
+    for test, outcome in zip(tests, outcomes, strict=True):
+        base = baseline.files[test]
+        now = case_results(out / (test.replace("/", "__") + ".xml"))
+        lost, new = regressions(base, now), new_failures(base, now)
+        fails = sum(r == "failed" for r in base.values())
+        log(
+            f"  {test}: baseline {sum(r == 'passed' for r in base.values())} passed "
+            f"({fails} failed there too), series {outcome.passed} passed, "
+            f"{len(lost) + len(new)} regression(s)"
+        )
+        for name in lost:
+            log(
+                f"      REGRESSION {name}: passes on the base, "
+                f"{now.get(name, 'not reported')} with the series"
+            )
+        for name in new:
+            log(f"      FAILED {name}: not in the baseline (the series adds or renames it)")
+        found += [f"{test}::{name}" for name in lost + new]
     return found
