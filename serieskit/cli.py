@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import results, status
 from serieskit.build import build, overlay, recipe, wheel
-from serieskit.checks import docs, lint, runner
+from serieskit.checks import docs, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
@@ -110,7 +110,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     tree = series.applied_tree(t)
     jobs = args.jobs or runner.default_jobs()
     if args.record_upstream_baseline:
-        runner.record_baseline(t, tree, jobs)
+        upstream_tests.record_baseline(t, tree, jobs)
         return
     outcomes: list[runner.Outcome] = []
     if not args.upstream_only:
@@ -127,7 +127,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     # upstream's CPU tests of the touched files, on the series, against the
     # base's recorded outcomes
     wanted = args.upstream or args.upstream_only
-    regressions = runner.upstream(t, tree, jobs) if wanted else []
+    regressions = upstream_tests.upstream(t, tree, jobs) if wanted else []
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
@@ -287,7 +287,7 @@ def _parser() -> argparse.ArgumentParser:
         "--upstream",
         action="store_true",
         help="also upstream's tests of the files the series touches, on the series, against "
-        f"the base's outcomes recorded in {runner.BASELINE} (what CI runs)",
+        f"the base's outcomes recorded in {upstream_tests.BASELINE} (what CI runs)",
     )
     which.add_argument(
         "--upstream-only", action="store_true", help="only those (CI's stage of its own)"
@@ -296,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
         "--record-upstream-baseline",
         action="store_true",
         help=f"run upstream's tests of the touched files on the base alone and write "
-        f"patches/{runner.BASELINE} (after a rebase or a torch change)",
+        f"patches/{upstream_tests.BASELINE} (after a rebase or a torch change)",
     )
     ts.add_argument(
         "--jobs",

@@ -146,7 +146,9 @@ def test_two_sessions_fetching_at_once_download_once(cache, monkeypatch):
     monkeypatch.setattr(base, "_download", slow_download)
     got, lines = [], []
     threads = [
-        threading.Thread(target=lambda: got.append(base.fetch_sdist("0.0.1", sha, log=lines.append)))
+        threading.Thread(
+            target=lambda: got.append(base.fetch_sdist("0.0.1", sha, log=lines.append))
+        )
         for _ in range(2)
     ]
     for t in threads:

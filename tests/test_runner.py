@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serieskit.checks import runner
+from serieskit.checks import runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.series import target
 
@@ -173,8 +173,10 @@ def test_fails_on_base_too():
 
 
 def _baseline_of(tmp_path, trees, tests, lines):
-    files = runner.outcomes_on(trees["base"], tests, tmp_path / "base-out", log=lines.append)
-    return runner.Baseline("0.0.1", "b" * 40, "2.14.1", "3.11.7", "2026-01-02", files)
+    files = upstream_tests.outcomes_on(
+        trees["base"], tests, tmp_path / "base-out", log=lines.append
+    )
+    return upstream_tests.Baseline("0.0.1", "b" * 40, "2.14.1", "3.11.7", "2026-01-02", files)
 
 
 def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
@@ -193,16 +195,16 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
     recorded = _baseline_of(tmp_path, trees, tests, lines)
     assert "  tests/test_up.py: 3 passed, 1 failed, 0 skipped" in lines
     # What the file keeps is what the series is held to: written and read back.
-    path = tmp_path / runner.BASELINE
+    path = tmp_path / upstream_tests.BASELINE
     path.write_text(recorded.to_json())
     doc = json.loads(path.read_text())
     assert doc["base"] == {"version": "0.0.1", "commit": "b" * 40}
     assert doc["files"]["tests/test_up.py"]["failed"] == ["tests.test_up::test_fails_on_base_too"]
-    baseline = runner.Baseline.read(path, runner.BASELINE)
+    baseline = upstream_tests.Baseline.read(path, upstream_tests.BASELINE)
     assert baseline == recorded
 
     lines = []
-    found = runner.compare_with_baseline(
+    found = upstream_tests.compare_with_baseline(
         baseline, trees["series"], tests, tmp_path / "out", jobs=2, log=lines.append
     )
     assert found == [
@@ -213,8 +215,7 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
     ]
     text = "\n".join(lines)
     assert (
-        "tests/test_up.py: baseline 3 passed (1 failed there too), series 1 passed, "
-        "2 regression(s)"
+        "tests/test_up.py: baseline 3 passed (1 failed there too), series 1 passed, 2 regression(s)"
     ) in text
     assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
     assert "FAILED tests.test_up::test_added_by_series: not in the baseline" in text
@@ -227,21 +228,21 @@ def test_a_baseline_of_another_base_or_torch_is_refused_with_the_refresh_command
     tests = ["tests/test_up.py"]
     refresh = "nox -s test -- --record-upstream-baseline"
     with pytest.raises(ToolkitError, match=f"upstream-baseline.json is missing.*`{refresh}`"):
-        runner.load_baseline(t, "b" * 40, "2.14.1", tests)
-    recorded = runner.Baseline(
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests)
+    recorded = upstream_tests.Baseline(
         "0.0.1", "b" * 40, "2.14.1", "3.11.7", "2026-01-02", {tests[0]: {"t::a": "passed"}}
     )
-    (root / "patches" / runner.BASELINE).write_text(recorded.to_json())
-    assert runner.load_baseline(t, "b" * 40, "2.14.1", tests) == recorded
+    (root / "patches" / upstream_tests.BASELINE).write_text(recorded.to_json())
+    assert upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests) == recorded
     with pytest.raises(ToolkitError, match=f"recorded on base bbbbbbbbbbbb .*`{refresh}`"):
-        runner.load_baseline(t, "c" * 40, "2.14.1", tests)
+        upstream_tests.load_baseline(t, "c" * 40, "2.14.1", tests)
     with pytest.raises(ToolkitError, match=f"recorded with torch 2.14.1; .* 2.15.0: .*`{refresh}`"):
-        runner.load_baseline(t, "b" * 40, "2.15.0", tests)
+        upstream_tests.load_baseline(t, "b" * 40, "2.15.0", tests)
     with pytest.raises(ToolkitError, match=f"no outcomes for tests/test_new.py: .*`{refresh}`"):
-        runner.load_baseline(t, "b" * 40, "2.14.1", [*tests, "tests/test_new.py"])
-    (root / "patches" / runner.BASELINE).write_text('{"base": 1}')
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", [*tests, "tests/test_new.py"])
+    (root / "patches" / upstream_tests.BASELINE).write_text('{"base": 1}')
     with pytest.raises(ToolkitError, match="upstream-baseline.json is malformed"):
-        runner.load_baseline(t, "b" * 40, "2.14.1", tests)
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests)
 
 
 # Each file waits until the other has started: only files run at once pass.
@@ -308,8 +309,12 @@ def test_upstream_files_come_from_the_manifest_in_series_order():
         {"file": "b"},
         {"file": "c", "upstream_tests": ["tests/y.py", "tests/z.py"]},
     ]
-    assert runner.upstream_test_files(manifest) == ["tests/x.py", "tests/y.py", "tests/z.py"]
-    assert runner.regressions(
+    assert upstream_tests.upstream_test_files(manifest) == [
+        "tests/x.py",
+        "tests/y.py",
+        "tests/z.py",
+    ]
+    assert upstream_tests.regressions(
         {"t": "passed", "u": "failed", "v": "passed"},
         {"t": "skipped", "u": "failed", "v": "failed"},
     ) == ["v"]

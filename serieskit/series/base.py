@@ -242,9 +242,7 @@ def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tupl
         lock.release()
 
 
-def _fetch_locked(
-    path: Path, name: str, version: str, sha256: str | None, log
-) -> tuple[Path, str]:
+def _fetch_locked(path: Path, name: str, version: str, sha256: str | None, log) -> tuple[Path, str]:
     cached = sha256_of(path) if path.exists() else None
     if cached is not None:
         if cached == (sha256 or _read_sidecar(path)):
