@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from serieskit import killpoint
 from serieskit.errors import ToolkitError, failed
 
 # The fixed identity of every commit the toolkit makes: the same series gives
@@ -120,17 +121,33 @@ def run(
     isolated: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run git; the caller reads the return code (see :func:`git`)."""
-    return subprocess.run(
+    command = subcommand(args)
+    killpoint.reach(f"git-{command}")
+    dies = killpoint.in_git(command)
+    proc = subprocess.run(
         _command(repo, args),
         input=input,
         env=git_env(env, isolated),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
+        preexec_fn=dies,
     )
+    if dies:
+        killpoint.fire()
+    return proc
+
+
+def subcommand(args: tuple[str, ...] | list[str]) -> str:
+    """The git command of ``args`` (after any ``-c key=value``)."""
+    i = 0
+    while i < len(args) and args[i] == "-c":
+        i += 2
+    return args[i] if i < len(args) else ""
 
 
 def popen(repo: Path | None, *args: str) -> subprocess.Popen:
     """git with a pipe to its stdin (fast-import), stable settings as above."""
+    killpoint.reach(f"git-{subcommand(args)}")
     return subprocess.Popen(
         _command(repo, args), stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=git_env()
     )
