@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git
 from serieskit.state import WORK, State
 
 SCHEMA = "vllm-series-results/1"
@@ -270,7 +270,7 @@ def write(path: Path, doc: dict) -> None:
     if problems:
         raise ValueError(f"{path}: not a {SCHEMA} document: " + "; ".join(problems))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    files.write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def validate(data: object) -> list[str]:

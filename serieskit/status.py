@@ -14,7 +14,7 @@ from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import carry_record, rebase
+from serieskit.upstream import carry_record, stops
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -63,7 +63,7 @@ def status(where: Path | Target, log=print) -> dict:
             else f"a rebase from vLLM {state.rebase.old_label} onto {state.rebase.target}"
         )
         log(f"work tree: {repo}, in {what} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
-        for line in rebase.conflict_lines(t):
+        for line in stops.conflict_lines(t):
             log(line)
         _uncommitted(repo, info, log)
         return info

@@ -509,10 +509,14 @@ def test_killed_apply_with_user_work_refuses_then_force_keeps_it(sk, root):
     assert patches(root) == before
 
 
-def test_stale_git_index_lock_is_named(sk, root):
-    """A git SIGKILLed while it wrote the index leaves .git/index.lock: the
-    error line names that file (the user must see whether a git still runs
-    there before removing it), nothing changes, and apply works once it is gone."""
+def test_a_lock_is_named_where_the_system_cannot_tell_who_holds_it(sk, root, monkeypatch):
+    """Without /proc the toolkit cannot tell a stale .git/index.lock from one
+    a running git holds: the error line names that file (the user must see
+    whether a git still runs there before removing it), nothing changes, and
+    apply works once it is gone."""
+    from serieskit import git as toolkit_git
+
+    monkeypatch.setattr(toolkit_git, "processes_in", lambda repo: None)
     repo = make_series(sk, root)
     head = rev(repo, "HEAD")
     path = root / "patches" / names(root)[2]
@@ -1595,7 +1599,7 @@ def test_a_killed_first_checkout_of_the_base_is_redone(sk, root, how, rerun):
         killed(root, "apply", at="git-checkout")
     else:
         killed(root, "apply", at="in-git-checkout", fsize=80)
-    assert not rev(work(root), "HEAD")
+    assert not g(work(root), "rev-parse", "--verify", "-q", "HEAD", check=False)
     res = ok(sk(*rerun))
     assert rev(work(root), "HEAD") == good, res.text
     assert g(work(root), "status", "--porcelain") == ""
@@ -1628,7 +1632,7 @@ def test_an_export_killed_while_it_writes_is_finished_by_running_it_again(sk, ro
     res = ok(sk("export"))
     assert all(b"Why: said again." in patches(root)[n] for n in names(root)), res.text
     kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
-    assert all(data in kept for data in before.values())
+    assert all(before[n] in kept for n in names(root))
     assert not [p for p in (root / "patches").iterdir() if p.name.startswith(".")]
     res = ok(sk("apply"))
     assert "up to date" in res.out, res.out
