@@ -134,17 +134,18 @@ _WHAT_TO_DO = {
 
 def describe(e: OSError) -> str:
     """``PATH: what went wrong: what to do`` for a failed filesystem call."""
-    path = e.filename if e.filename is not None else None
-    if path is None:
+    if e.filename is None:
         return f"{e.strerror or e}: check the disk and the permissions, then run this again"
-    path = os.fsdecode(path)
+    path = os.fsdecode(e.filename)
     if e.errno in (errno.ENOTDIR, errno.EEXIST) and (found := _blocking(Path(path))):
         return found
+    if e.filename2 is not None:  # a copy or a rename: the destination is what failed
+        path = f"{os.fsdecode(e.filename2)} (from {path})"
     what = _WHAT_TO_DO.get(e.errno or 0)
     if what is None:
         what = f"{e.strerror or 'failed'}: fix that, then run this again"
-    else:
-        what = f"{e.strerror}: {what}" if e.strerror else what
+    elif e.strerror:
+        what = f"{e.strerror}: {what}"
     return f"{path}: {what}"
 
 

@@ -189,7 +189,13 @@ def add_port(root: Path, port: Port) -> None:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("VLLM_SERIES_CACHE") or os.path.join(
+    given = os.environ.get("VLLM_SERIES_CACHE")
+    if given and os.path.exists(given) and not os.path.isdir(given):
+        raise ToolkitError(
+            f"VLLM_SERIES_CACHE={given} is a file, not a folder: point it at a folder "
+            "(or unset it for ~/.cache/vllm-series)"
+        )
+    root = given or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
         "vllm-series",
     )
