@@ -41,10 +41,12 @@ from test_faults import (
     g,
     killed,
     make_big_series,
+    make_docs_series,
     make_series,
     names,
     ok,
     patches,
+    refs_keeping,
     rev,
     series_head_subjects,
     work,
@@ -53,6 +55,7 @@ from test_port import PORT, f0, pin_patches, write_series
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
+from serieskit.checks import docs
 from serieskit.series import base, target
 from serieskit.upstream import carry_record
 
@@ -290,6 +293,25 @@ def _abort_check(call, root, facts):
     _no_leftovers(root, repo)
 
 
+# --- docs -----------------------------------------------------------------------
+
+
+def _docs_setup(call, root, facts):
+    """A series whose reference is stale: docs rewrites both patches."""
+    repo = make_docs_series(call, root)
+    facts["head"], facts["patches"] = rev(repo, "HEAD"), patches(root)
+
+
+def _docs_check(call, root, facts):
+    repo = work(root)
+    assert "a = 10" in g(repo, "show", f"HEAD:{docs.OUTPUT}")
+    assert refs_keeping(repo, facts["head"]), "the series before docs is kept"
+    ok(call("export", "--check"))
+    assert "up to date" in ok(call("apply")).out
+    assert g(repo, "status", "--porcelain") == ""
+    _no_leftovers(root, repo)
+
+
 # --- carry ----------------------------------------------------------------------
 
 
@@ -358,6 +380,7 @@ CASES = {
     "rebase --abort": Case(
         "rebase --abort", ["rebase", "--abort"], _abort_setup, _abort_recover, _abort_check
     ),
+    "docs": Case("docs", ["docs"], _docs_setup, None, _docs_check),
     "carry": Case("carry", ["carry", PORT], _carry_setup, _carry_recover, _carry_check),
 }
 
@@ -402,6 +425,10 @@ KILLS = [
     ("rebase --abort", "in-git-rebase", "TERM", False, 80),
     ("rebase --abort", "git-diff", "KILL", False, None),
     ("rebase --abort", "write#1", "INT", False, None),
+    ("docs", "git-rebase", "KILL", False, None),
+    ("docs", "in-git-rebase", "KILL", True, 80),
+    ("docs", "git-format-patch", "TERM", False, None),
+    ("docs", "write#2", "INT", False, None),
     ("carry", "carry.pin-side", "KILL", False, None),
     ("carry", "git-am", "KILL", True, None),
     ("carry", "in-git-worktree", "KILL", False, 80),
