@@ -158,6 +158,7 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
             raise ToolkitError(f"{OUTPUT} is stale: run `{t.cmd('docs')}`")
         log(f"docs: {OUTPUT} is up to date")
         return
+    safety.clear_stale_locks(tree, "docs", log)
     _undo_interrupted(tree, log)
     state = State.load(t)
     export.require_exportable(t, state)
@@ -196,7 +197,6 @@ def _undo_interrupted(tree: Path, log) -> None:
     orig = git.gitdir(tree) / "rebase-merge" / "orig-head"
     if not start or not orig.is_file() or orig.read_text().strip() != start:
         return
-    safety.clear_stale_locks(tree, "docs", log)
     if git.dirty_files(tree):
         kept = safety.stash(tree, "docs: what an interrupted docs left")
         log(f"docs: stashed what the interrupted docs left in {tree} as {kept}")

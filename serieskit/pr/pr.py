@@ -235,6 +235,7 @@ def session(
     t = onto_target(root, onto)
     tree = series.applied_tree(t)
     require_exported(t)
+    safety.clear_stale_locks(tree, "pr", log)
     groups = read_groups(root, manifest)
     if not groups:
         raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
