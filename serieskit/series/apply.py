@@ -89,7 +89,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         export_cmd=t.cmd("export"),
         extra_known=_left_by_interrupted_apply(repo, state, names, patches),
         keep=_keep_by_hand(t, state),
-        checkout_of=state.base if state.in_progress == "apply" else None,
+        checkout_of=_checkout_cut_short(repo, state),
     )
     if moved and (head := git.rev(repo, "HEAD")):
         log(
@@ -138,6 +138,16 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)"
     )
     return state
+
+
+def _checkout_cut_short(repo: Path, state: State) -> str | None:
+    """The base, when an apply was killed inside its checkout of it: HEAD has
+    not moved yet (still where the apply started, or unborn in a fresh
+    repository), and the tree may hold files that checkout wrote."""
+    if state.in_progress != "apply" or not state.base:
+        return None
+    head = git.rev(repo, "HEAD")
+    return state.base if head is None or head in state.started_from else None
 
 
 def _keep_by_hand(t: Target, state: State) -> str | None:
