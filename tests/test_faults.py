@@ -1629,6 +1629,10 @@ def test_an_export_killed_while_it_writes_is_finished_by_running_it_again(sk, ro
     amend_all(repo, "Why: said again.")
     head = rev(repo, "HEAD")
     killed(root, "export", at=at)
+    if at != "export.written":  # some files written, not all
+        said = ok(sk("status")).out
+        assert "export was interrupted" in said and "nox -s export" in said, said
+        error_line(sk("apply"), "export was interrupted", "nox -s export")
     res = ok(sk("export"))
     assert all(b"Why: said again." in patches(root)[n] for n in names(root)), res.text
     kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
@@ -1685,6 +1689,8 @@ def test_a_rebase_killed_inside_a_step_is_undone_by_abort(sk, root, cache):
     head, before = rev(repo, "HEAD"), patches(root)
     add_release(cache, "0.0.2", NEAR_PATCH_2)
     killed(root, "rebase", "vllm==0.0.2", at="in-git-rebase", fsize=BIG_LIMIT)
+    said = ok(sk("status")).out
+    assert "interrupted" in said and "rebase -- --abort" in said, said
     res = sk("rebase", "--continue")
     error_line(res, "interrupted", "--abort")
     assert "stopped at a conflict" not in res.text, res.text
