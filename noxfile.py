@@ -96,6 +96,14 @@ def overlay(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def wheel(session: nox.Session) -> None:
+    """dist/vllm-VERSION+series.gCOMMIT-*.whl: the released wheel's compiled modules,
+    the series' Python tree, vllm._sm7x_C (-- --no-module, --ptx, --verify, --tree,
+    --release). Linking the module needs nvcc and torch with CUDA in this Python."""
+    _toolkit(session, "wheel")
+
+
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Regenerate the runtime reference and amend it into its patch (-- --check)."""
     _toolkit(session, "docs")
@@ -141,7 +149,18 @@ def ci(session: nox.Session) -> None:
     session.run("python", "-m", "serieskit", "apply")
     if requirements := series.test_requirements(ROOT):
         session.install(*requirements)
-    for step in (["export", "--check"], ["build"], ["docs", "--check"], ["lint"], ["test"]):
+    # The wheel without vllm._sm7x_C (linking it wants torch's CUDA build and
+    # another compile of the kernels that `build` just checked), installed into
+    # a fresh virtual environment and checked there on the CPU.
+    steps = (
+        ["export", "--check"],
+        ["build"],
+        ["wheel", "--no-module", "--verify"],
+        ["docs", "--check"],
+        ["lint"],
+        ["test"],
+    )
+    for step in steps:
         session.run("python", "-m", "serieskit", *step)
     for port in _ports(session):  # each in an environment of its own (its torch)
         session.notify("ci_port", posargs=[port.version])

@@ -148,7 +148,7 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
                 weight=layer.weight,
                 weight_scale=layer.weight_scale,
                 weight_global_scale=layer.weight_global_scale,
-                workspace=layer.workspace,
+                workspace=None,  # 0.33.0's Marlin takes none
                 size_n=n,
                 size_k=k,
             ),
@@ -162,7 +162,6 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
                 layer.weight_scale.view(torch.uint8),
                 g,
                 layer.weight_global_scale,
-                layer.workspace,
                 None,
                 None,
                 n,

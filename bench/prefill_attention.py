@@ -4,19 +4,23 @@
 
 Runs on the GPU machine, where ``vllm._sm7x_C`` is built with compute_75 PTX
 and the patched tree's ``vllm`` package (or a minimal copy of it) is on
-PYTHONPATH. For the seed's per-rank shapes (12 query heads, 2 KV heads, head
-dim 256, causal chunk at the end of a context, pages of 16) it times, in CUDA
-graphs, median of many replays after warm-up:
+PYTHONPATH. For each head dim the kernel serves (64, 128, 256), with the
+seed's heads per rank (12 query heads, 2 KV heads), a causal chunk of 2048
+query tokens at the end of a context of 0, 8k, 32k and 150k tokens (one
+sequence, pages of 16, the cache sized to the sequence so that its offsets
+fit the kernel's 32 bits), it times, in CUDA graphs, median of many replays
+after warm-up:
 
+- the kernel with the automatic split (num_splits=0, what the route runs),
 - the kernel without split-KV (num_splits=1),
-- the kernel with the automatic split (num_splits=0),
 - TRITON_ATTN's unified Triton kernel on the same inputs,
 
 and an mma.sync m16n8k8 (fp16 in, fp32 accumulate) ceiling microbenchmark
 built as compute_75 PTX in the same run. It reports time, TFLOPS (causal
-FLOPs: 4 * 256 * visible keys per query row) and the kernel's TFLOPS as a
-fraction of that ceiling, the figure that carries over to Turing. Figures are
-of the GPU it runs on, never of a Turing card.
+FLOPs: 4 * head dim * visible keys per query row), the kernel's TFLOPS as a
+fraction of that ceiling and its speed-up over TRITON_ATTN per case. Figures
+are of the GPU it runs on (an H200 through compute_75 PTX), never of a
+Turing card. About 2 minutes on one H200, most of it Triton's compilation.
 
     python3 bench/prefill_attention.py --out results/bench.json
 """
@@ -40,22 +44,10 @@ try:  # the GPU machine's; document() and the figures need none of it
 except ImportError:
     torch = None
 
-HEAD = 256
+HEAD_DIMS = (64, 128, 256)
 HEADS, KV_HEADS, PAGE = 12, 2, 16
-# (query tokens, context tokens before them): the seed's shapes.
-SHAPES = [
-    (2048, 32 * 1024),
-    (2048, 150 * 1024),
-    (512, 150 * 1024),
-    (96, 150 * 1024),
-    (64, 150 * 1024),
-    (1600, 30_000),
-    (1600, 100_000),
-    (1600, 184_000),
-    (801, 100_000),
-    (801, 184_000),
-    (1600, 1600),
-]
+QUERY = 2048
+CONTEXTS = (0, 8 * 1024, 32 * 1024, 150 * 1024)
 
 MMA_SRC = r"""
 #include <cstdio>
@@ -125,29 +117,33 @@ def mma_ceiling(workdir: Path) -> dict:
     }
 
 
-def make_inputs(q_len: int, ctx: int, seed: int = 0):
+def make_inputs(q_len: int, ctx: int, head: int, seed: int = 0):
+    """One sequence on a cache of just its pages (plus one), shuffled: the
+    largest element offset, (pages + 1) x 16 x 2 x 2 x head, stays below 2^31
+    for every case here (159 M at 150k and head dim 256)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     seq = q_len + ctx
     pages = math.ceil(seq / PAGE)
-    cache = torch.empty((pages + 1, PAGE, KV_HEADS, 2 * HEAD), dtype=torch.float16, device="cuda")
+    cache = torch.empty((pages + 1, PAGE, KV_HEADS, 2 * head), dtype=torch.float16, device="cuda")
+    assert cache.numel() < 2**31, "the kernel's cache offsets are 32-bit"
     cache.normal_(generator=gen)
     perm = torch.randperm(pages + 1, generator=gen, device="cuda")[:pages]
     block_table = perm.to(torch.int32)[None, :].contiguous()
-    query = torch.randn((q_len, HEADS, HEAD), dtype=torch.float16, device="cuda", generator=gen)
+    query = torch.randn((q_len, HEADS, head), dtype=torch.float16, device="cuda", generator=gen)
     return dict(
         query=query,
-        key_cache=cache[..., :HEAD],
-        value_cache=cache[..., HEAD:],
+        key_cache=cache[..., :head],
+        value_cache=cache[..., head:],
         block_table=block_table,
         cu_seqlens_q=torch.tensor([0, q_len], dtype=torch.int32, device="cuda"),
         seq_lens=torch.tensor([seq], dtype=torch.int32, device="cuda"),
-        scale=1.0 / math.sqrt(HEAD),
+        scale=1.0 / math.sqrt(head),
     )
 
 
-def causal_flops(q_len: int, ctx: int) -> float:
-    keys = sum(ctx + t + 1 for t in range(q_len))
-    return 4.0 * HEAD * HEADS * keys
+def causal_flops(q_len: int, ctx: int, head: int = 256) -> float:
+    keys = q_len * ctx + q_len * (q_len + 1) // 2
+    return 4.0 * head * HEADS * keys
 
 
 def time_graph(fn, reps: int, warmup: int = 3) -> dict:
@@ -183,6 +179,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
+    ap.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
     ap.add_argument("--no-triton", action="store_true")
     a = ap.parse_args()
 
@@ -203,74 +201,20 @@ def main() -> int:
     print(f"mma.sync m16n8k8 ceiling: {ceiling['tflops']:.1f} TFLOP/s", flush=True)
 
     rows = []
-    for q_len, ctx in SHAPES:
-        inp = make_inputs(q_len, ctx)
-        out = torch.empty_like(inp["query"])
-        flops = causal_flops(q_len, ctx)
-        row: dict = {"query_len": q_len, "context_len": ctx, "flops": flops}
-
-        def kern(splits: int, out=out, inp=inp):  # bound now: called in this iteration
-            return lambda: paged_prefill_attention_sm75(
-                out,
-                inp["query"],
-                inp["key_cache"],
-                inp["value_cache"],
-                inp["block_table"],
-                inp["cu_seqlens_q"],
-                inp["seq_lens"],
-                inp["scale"],
-                num_splits=splits,
-            )
-
-        reps = a.reps if ctx + q_len < 120_000 else max(10, a.reps // 2)
-        for name, splits in (("no_split", 1), ("auto_split", 0)):
-            t = time_graph(kern(splits), reps)
-            t["tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
-            t["fraction_of_mma_ceiling"] = t["tflops"] / ceiling["tflops"]
-            row[name] = t
-        if unified_attention is not None:
-            tout = torch.empty_like(inp["query"])
-            descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
-            seq = q_len + ctx
-
-            def triton_fn(inp=inp, tout=tout, q_len=q_len, seq=seq, descale=descale):
-                unified_attention(
-                    q=inp["query"],
-                    k=inp["key_cache"],
-                    v=inp["value_cache"],
-                    out=tout,
-                    cu_seqlens_q=inp["cu_seqlens_q"],
-                    max_seqlen_q=q_len,
-                    seqused_k=inp["seq_lens"],
-                    max_seqlen_k=seq,
-                    softmax_scale=inp["scale"],
-                    causal=True,
-                    window_size=(-1, -1),
-                    block_table=inp["block_table"],
-                    softcap=0,
-                    q_descale=None,
-                    k_descale=descale,
-                    v_descale=descale,
+    for head in a.head_dims:
+        for ctx in a.contexts:
+            rows.append(
+                run_case(
+                    head,
+                    QUERY,
+                    ctx,
+                    a.reps,
+                    ceiling,
+                    paged_prefill_attention_sm75,
+                    unified_attention,
                 )
-
-            t = time_graph(triton_fn, max(5, reps // 2))
-            t["tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
-            row["triton_attn"] = t
-            torch.cuda.synchronize()
-            row["max_abs_diff_vs_triton_attn"] = (out.float() - tout.float()).abs().max().item()
-        rows.append(row)
-        line = (
-            f"{q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms "
-            f"({row['no_split']['tflops']:6.1f} TF), "
-            f"auto {row['auto_split']['median_ms']:8.3f} ms "
-            f"({row['auto_split']['tflops']:6.1f} TF, "
-            f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} %)"
-        )
-        if "triton_attn" in row:
-            line += f", TRITON_ATTN {row['triton_attn']['median_ms']:8.3f} ms"
-        print(line, flush=True)
-        del inp, out
-        torch.cuda.empty_cache()
+            )
+            torch.cuda.empty_cache()
 
     props = torch.cuda.get_device_properties(0)
     run = {"sm_count": props.multi_processor_count, "triton": _version("triton")}
@@ -285,9 +229,83 @@ def main() -> int:
     return 0
 
 
+def run_case(head, q_len, ctx, reps, ceiling, kernel, unified_attention) -> dict:
+    """One head dim and context: the kernel with and without split-KV and
+    TRITON_ATTN, each in a CUDA graph."""
+    inp = make_inputs(q_len, ctx, head)
+    out = torch.empty_like(inp["query"])
+    flops = causal_flops(q_len, ctx, head)
+    row: dict = {"head_dim": head, "query_len": q_len, "context_len": ctx, "flops": flops}
+
+    def kern(splits: int):
+        return lambda: kernel(
+            out,
+            inp["query"],
+            inp["key_cache"],
+            inp["value_cache"],
+            inp["block_table"],
+            inp["cu_seqlens_q"],
+            inp["seq_lens"],
+            inp["scale"],
+            num_splits=splits,
+        )
+
+    reps = reps if ctx + q_len < 120_000 else max(10, reps // 2)
+    for name, splits in (("no_split", 1), ("auto_split", 0)):
+        t = time_graph(kern(splits), reps)
+        t["tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
+        t["fraction_of_mma_ceiling"] = t["tflops"] / ceiling["tflops"]
+        row[name] = t
+    if unified_attention is not None:
+        tout = torch.empty_like(inp["query"])
+        descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
+        seq = q_len + ctx
+
+        def triton_fn():
+            unified_attention(
+                q=inp["query"],
+                k=inp["key_cache"],
+                v=inp["value_cache"],
+                out=tout,
+                cu_seqlens_q=inp["cu_seqlens_q"],
+                max_seqlen_q=q_len,
+                seqused_k=inp["seq_lens"],
+                max_seqlen_k=seq,
+                softmax_scale=inp["scale"],
+                causal=True,
+                window_size=(-1, -1),
+                block_table=inp["block_table"],
+                softcap=0,
+                q_descale=None,
+                k_descale=descale,
+                v_descale=descale,
+            )
+
+        t = time_graph(triton_fn, max(5, reps // 2))
+        t["tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
+        row["triton_attn"] = t
+        row["speedup_vs_triton_attn"] = t["median_ms"] / row["auto_split"]["median_ms"]
+        torch.cuda.synchronize()
+        row["max_abs_diff_vs_triton_attn"] = (out.float() - tout.float()).abs().max().item()
+    line = (
+        f"d{head:3d} {q_len:5d} after {ctx:7d}: no split {row['no_split']['median_ms']:8.3f} ms, "
+        f"auto {row['auto_split']['median_ms']:8.3f} ms "
+        f"({row['auto_split']['tflops']:6.1f} TF, "
+        f"{100 * row['auto_split']['fraction_of_mma_ceiling']:.1f} % of the ceiling)"
+    )
+    if "triton_attn" in row:
+        line += (
+            f", TRITON_ATTN {row['triton_attn']['median_ms']:8.3f} ms "
+            f"(x{row['speedup_vs_triton_attn']:.2f}), max |diff| "
+            f"{row['max_abs_diff_vs_triton_attn']:.2e}"
+        )
+    print(line, flush=True)
+    return row
+
+
 WHAT = (
-    "Turing paged prefill attention (compute_75 PTX, JIT) vs TRITON_ATTN unified kernel; "
-    "figures of the GPU it ran on, not Turing figures"
+    "Turing paged prefill attention (compute_75 PTX, JIT) vs TRITON_ATTN unified kernel, "
+    "per head dim; figures of the GPU it ran on, not Turing figures"
 )
 NAMES = {"no_split": "no split", "auto_split": "auto split", "triton_attn": "triton attn"}
 
@@ -305,21 +323,32 @@ def figures(rows: list[dict], ceiling: dict) -> dict:
     }
     for i, row in enumerate(rows):
         q, ctx = row["query_len"], row["context_len"]
-        key = f"q{q}_ctx{ctx}"
+        # Files before the head-dim runs (head dim 256 only) name no head dim.
+        hd = row.get("head_dim")
+        key = f"hd{hd}.q{q}_ctx{ctx}" if hd else f"q{q}_ctx{ctx}"
+        what = f"head dim {hd}, " if hd else ""
         for v, name in NAMES.items():
             if v in row:
                 out[f"{key}.{v}_ms"] = results.figure(
                     row[v]["median_ms"],
                     "ms",
-                    f"{q} query tokens after {ctx:,} of context, {name}, median (CUDA graphs)",
+                    f"{what}{q} query tokens after {ctx:,} of context, {name}, median "
+                    "(CUDA graphs)",
                     f"rows[{i}].{v}.median_ms",
                 )
         out[f"{key}.auto_split_fraction_of_ceiling"] = results.figure(
             row["auto_split"]["fraction_of_mma_ceiling"],
             "fraction",
-            f"{q} after {ctx:,}: automatic split, fraction of the mma.sync ceiling",
+            f"{what}{q} after {ctx:,}: automatic split, fraction of the mma.sync ceiling",
             f"rows[{i}].auto_split.fraction_of_mma_ceiling",
         )
+        if "speedup_vs_triton_attn" in row:
+            out[f"{key}.speedup_vs_triton_attn"] = results.figure(
+                row["speedup_vs_triton_attn"],
+                "x",
+                f"{what}{q} after {ctx:,}: TRITON_ATTN time / automatic split time",
+                f"rows[{i}].speedup_vs_triton_attn",
+            )
     return out
 
 
@@ -331,7 +360,7 @@ def document(rows: list[dict], ceiling: dict, run: dict, machine: dict, series: 
         "shape": {
             "num_heads": HEADS,
             "num_kv_heads": KV_HEADS,
-            "head_dim": HEAD,
+            "head_dims": sorted({r.get("head_dim", 256) for r in rows}),
             "page_size": PAGE,
             "causal": True,
         },

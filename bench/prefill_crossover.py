@@ -33,16 +33,17 @@ mixed batch to the Turing kernel whole).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit import results  # noqa: E402
 
 HEAD = 256
 HEADS, KV_HEADS, PAGE = 12, 2, 16  # the seed model's heads per TP rank
@@ -269,31 +270,7 @@ def main() -> int:
                 }
 
     props = torch.cuda.get_device_properties(0)
-    driver = (
-        subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
-    result = {
-        "schema": "vllm-series-results/1",
-        "kind": "bench",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "machine": {
-            "name": props.name,
-            "gpu": props.name,
-            "gpus": 1,
-            "driver": driver[0] if driver else None,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "label": f"{props.name} figure (the Turing kernel through compute_75 "
-            "PTX unless the GPU is SM75): not a Turing figure",
-        },
-        "series": {"commit": os.environ.get("SERIES_COMMIT")},
-        "figures": figures,
+    body = {
         "what": "crossover query length, Turing paged prefill attention vs "
         "TRITON_ATTN's unified kernel, side by side",
         "sm_count": props.multi_processor_count,
@@ -312,8 +289,16 @@ def main() -> int:
         "crossovers": crossovers,
         "rows": rows,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    # The header every results file has (results/README.md): the series as
+    # packed for the GPU machine, the machine as probed there.
+    doc = results.document(
+        "bench",
+        body,
+        machine=results.machine(detail="the Turing kernel through compute_75 PTX, JIT"),
+        series=results.current_series(ROOT),
+        figures=figures,
+    )
+    results.write(a.out, doc)
     print(json.dumps(crossovers, indent=2))
     return 0
 

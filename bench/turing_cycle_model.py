@@ -2,49 +2,118 @@
 # SPDX-License-Identifier: Apache-2.0
 """Turing cycle model of paged_prefill_attention_sm75 (a model, not a run).
 
-Per 32-key tile, from the sm_75 SASS of the key loop (results/
-sm75_static_paged_prefill_attention.json) and a Turing SM's rates, it gives
-the cycles one CTA (8 warps, 1 per SM) spends per tile, then list-schedules
-the CTAs of the seed's shapes on a Quadro RTX 8000 (72 SMs, 1.77 GHz) with
-the launcher's split rule. See docs/turing_cycle_model.md for assumptions.
+Per key tile, from the sm_75 SASS census of each head dim's key loop
+(results/sm75_static_paged_prefill_attention_hd.json, written by
+bench/prefill_attention_static.py) and a Turing SM's rates, it gives the
+cycles an SM spends while each of its resident warps does one tile, then
+list-schedules the CTAs of a chunk on a Quadro RTX 8000 (72 SMs, 1.77 GHz)
+with the launcher's split rule. The same census with an H200's rates gives
+the fraction of the mma.sync m16n8k8 ceiling that bench/prefill_attention.py
+measures on the H200 (through compute_75 PTX): the issue's target metric.
+See docs/turing_cycle_model.md for the assumptions.
 
-    python3 bench/turing_cycle_model.py [--h200-bench results/bench_prefill_attention_h200.json]
+    python3 bench/turing_cycle_model.py [--static FILE] \\
+        [--h200-bench results/bench_prefill_attention_h200.json]
 """
+
+from __future__ import annotations
 
 import argparse
 import heapq
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
-SMS, CLOCK = 72, 1.77e9
-GROUP, KV_HEADS, ROWS, KEYS = 6, 2, 128, 32
+ROOT = Path(__file__).resolve().parents[1]
+STATIC = ROOT / "results" / "sm75_static_paged_prefill_attention_hd.json"
+SMS, CLOCK = 72, 1.77e9  # Quadro RTX 8000
+HEADS, KV_HEADS, ROWS = 12, 2, 128  # the seed model's heads per rank
 DRAM_BPS = 672e9
+# Not overlapped (assumed): the softmax's dependent chain and the barrier of
+# a tile, per CTA; other resident CTAs' work covers it in proportion.
+EXPOSED = 300
 
-# Per warp per tile, common path of the key loop (sm_75 SASS census).
-SASS = {"HMMA": 256, "all": 732, "LDSM": 64, "STS128": 8, "MUFU": 16, "F2F": 16, "FP32": 62}
-WARPS_PER_SMSP = 2
+
+@dataclass(frozen=True)
+class Rates:
+    """Cycles per warp-instruction of one SM sub-partition (SMSP), and shared
+    memory bytes per cycle of the SM."""
+
+    name: str
+    hmma: float  # m16n8k8 on the SMSP's tensor pipe
+    mufu: float  # MUFU.EX2 and the F2F conversions (assumed the same pipe)
+    fp32: float
+    smem_bytes: float = 128.0
 
 
-def tile_cycles_bound() -> dict:
-    tensor = WARPS_PER_SMSP * SASS["HMMA"] * 8  # 128 FMA/clk/SMSP -> 8 clk per m16n8k8
-    issue = WARPS_PER_SMSP * SASS["all"]  # 1 warp-instruction per clk per SMSP
-    smem = 8 * (SASS["LDSM"] + SASS["STS128"]) * 512 / 128  # 128 B/clk per SM
-    mufu = WARPS_PER_SMSP * (SASS["MUFU"] + SASS["F2F"]) * 8  # 4 lanes/clk/SMSP
-    fp32 = WARPS_PER_SMSP * SASS["FP32"] * 2  # 16 lanes/clk/SMSP
-    # Not overlapped: both warps of an SMSP leave Q.K^T together after each
-    # barrier, so the softmax's dependent chain (HMMA drain, max, 2 shuffles,
-    # vote, exp2, cvt, first LDSM of P.V) and the barrier wait stay exposed.
-    exposed = 300
-    return {
-        "tensor": tensor,
-        "issue": issue,
-        "smem": smem,
-        "mufu_f2f": mufu,
-        "fp32": fp32,
-        "exposed_softmax_barrier": exposed,
-        "total": max(tensor, issue, smem) + exposed,
+# Turing: 128 FMA/clk per SMSP (1,024-FMA m16n8k8 in 8 cycles), 4 MUFU lanes,
+# 16 FP32 lanes per SMSP, 128 B/clk of shared memory per SM.
+TURING = Rates("Turing (TU102)", hmma=8.0, mufu=8.0, fp32=2.0)
+# H200 through PTX: 4.5 cycles per m16n8k8 at the measured 462 TFLOP/s
+# ceiling, 32 FP32 lanes per SMSP, the same MUFU and shared-memory rates.
+H200 = Rates("H200 (mma.sync m16n8k8 ceiling)", hmma=4.5, mufu=8.0, fp32=1.0)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One head dim's instantiation: its shape and key-loop census."""
+
+    head_dim: int
+    warps: int
+    ctas_per_sm: int
+    keys: int
+    hmma: int  # per warp per tile
+    instructions: int  # common path per warp per tile
+    smem_ops: int  # LDSM + STS (512 B each per warp)
+    mufu_cvt: int
+    fp32: int
+
+
+def load_kernels(path: Path) -> dict[int, Kernel]:
+    doc = json.loads(path.read_text())
+    out = {}
+    for r in doc["head_dims"]:
+        loop = r["key_loop_per_warp_per_tile"]
+        c = loop["common_path_by_class"]
+        out[r["head_dim"]] = Kernel(
+            head_dim=r["head_dim"],
+            warps=r["traits"]["warps"],
+            ctas_per_sm=r["turing_ctas_per_sm"],
+            keys=r["traits"]["keys_per_tile"],
+            hmma=c.get("HMMA", 0),
+            instructions=loop["common_path"],
+            smem_ops=c.get("LDSM", 0) + c.get("STS", 0),
+            mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
+            fp32=c.get("FP32", 0),
+        )
+    return out
+
+
+def round_cycles(k: Kernel, rates: Rates, ctas_per_sm: int | None = None) -> dict:
+    """Cycles while every resident warp of an SM does one tile. Model A: the
+    pipes overlap, the busiest one sets the time. Model S: shared memory
+    serialised with the tensor pipe (with 2 warps per SMSP the ldmatrix ->
+    MMA chains stall on a busy shared-memory pipe); it reproduces the H200's
+    measured 43.9 % for head dim 256 within a few points."""
+    c = ctas_per_sm or k.ctas_per_sm
+    w = k.warps * c / 4  # warps per SMSP
+    pipes = {
+        "tensor": w * k.hmma * rates.hmma,
+        "issue": w * k.instructions,
+        "mufu": w * k.mufu_cvt * rates.mufu,
+        "fp32": w * k.fp32 * rates.fp32,
+        "smem": k.warps * c * k.smem_ops * 512 / rates.smem_bytes,
     }
+    exposed = EXPOSED / c
+    a = max(pipes.values()) + exposed
+    s = max(pipes["tensor"], pipes["issue"], pipes["mufu"]) + pipes["smem"] + exposed
+    return {**pipes, "exposed": exposed, "A": a, "S": s}
+
+
+def ceiling_fraction(k: Kernel, rates: Rates, model: str) -> float:
+    r = round_cycles(k, rates)
+    return r["tensor"] / r[model]
 
 
 def splits_for(ctas: int, slots: int) -> int:
@@ -56,29 +125,39 @@ def splits_for(ctas: int, slots: int) -> int:
     return best
 
 
-def predict_ms(q: int, ctx: int, cycles_per_tile: float, splits: int | None) -> dict:
-    rows = q * GROUP
+def predict_ms(
+    q: int, ctx: int, k: Kernel, cycles_per_round: float, splits: int | None, group: int = 6
+) -> dict:
+    """A chunk of q tokens after ctx on the RTX 8000: each of an SM's resident
+    CTAs advances one tile per round."""
+    rows = q * group
     ctas = math.ceil(rows / ROWS)
-    s = splits_for(ctas * KV_HEADS, SMS) if splits is None else splits
+    slots = SMS * k.ctas_per_sm
+    s = splits_for(ctas * KV_HEADS, slots) if splits is None else splits
     jobs = []
     for c in range(ctas):
         last = min(ROWS * (c + 1), rows) - 1
-        tiles = (ctx + last // GROUP) // KEYS + 1
-        for k in range(s):
-            share = tiles * (k + 1) // s - tiles * k // s
+        tiles = (ctx + last // group) // k.keys + 1
+        for i in range(s):
+            share = tiles * (i + 1) // s - tiles * i // s
             jobs += [share] * KV_HEADS
     jobs.sort(reverse=True)  # the kernel starts the longest CTAs first
-    free = [0.0] * SMS
+    free = [0.0] * slots
     heapq.heapify(free)
     for j in jobs:
-        heapq.heappush(free, heapq.heappop(free) + j * cycles_per_tile)
+        heapq.heappush(free, heapq.heappop(free) + j * cycles_per_round)
     ms = max(free) / CLOCK * 1e3
     if s > 1:  # merge: read s fp32 partials, write fp16
-        ms += (q * 12 * 256 * (4 * s + 2)) / DRAM_BPS * 1e3
+        ms += (q * HEADS * k.head_dim * (4 * s + 2)) / DRAM_BPS * 1e3
     return {"splits": s, "ms": ms}
 
 
-SEED = {  # Quadro RTX 8000, the seed's measured kernel (ms): no split, auto
+def causal_tflops(q: int, ctx: int, head_dim: int, ms: float) -> float:
+    keys = q * ctx + q * (q + 1) / 2
+    return 4.0 * head_dim * HEADS * keys / (ms * 1e-3) / 1e12
+
+
+SEED = {  # Quadro RTX 8000, the seed's measured head-dim-256 kernel (ms): no split, auto
     (2048, 32 * 1024): (13.1, None),
     (2048, 150 * 1024): (61.5, None),
     (512, 150 * 1024): (20.0, None),
@@ -91,43 +170,95 @@ SEED = {  # Quadro RTX 8000, the seed's measured kernel (ms): no split, auto
     (801, 184_000): (49.65, 32.07),
     (1600, 1600): (1.28, 1.08),
 }
+BENCH_CONTEXTS = (0, 8192, 32768, 153600)  # bench/prefill_attention.py, 2048 tokens
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--h200-bench")
-    a = ap.parse_args()
-    bound = tile_cycles_bound()
-    print("per-tile cycles (one SMSP, 2 warps):", json.dumps(bound))
-    models = {"A (bound + exposed softmax)": bound["total"]}
-    if a.h200_bench:
-        b = json.loads(Path(a.h200_bench).read_text())
+def head_dim_table(kernels: dict[int, Kernel]) -> list[str]:
+    lines = [
+        "| head dim | warps x CTAs/SM | keys/tile | HMMA / instr. / smem ops / MUFU+F2F "
+        "per warp-tile | Turing A / S (cycles per round) | Turing fraction of tensor "
+        "peak A / S | H200 fraction of the m16n8k8 ceiling A / S |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for hd, k in sorted(kernels.items()):
+        t, h = round_cycles(k, TURING), round_cycles(k, H200)
+        lines.append(
+            f"| {hd} | {k.warps} x {k.ctas_per_sm} | {k.keys} | {k.hmma} / {k.instructions} / "
+            f"{k.smem_ops} / {k.mufu_cvt} | {t['A']:.0f} / {t['S']:.0f} | "
+            f"{t['tensor'] / t['A']:.0%} / {t['tensor'] / t['S']:.0%} | "
+            f"{h['tensor'] / h['A']:.0%} / {h['tensor'] / h['S']:.0%} |"
+        )
+    return lines
+
+
+def chunk_table(kernels: dict[int, Kernel]) -> list[str]:
+    lines = [
+        "| head dim | 2048 tokens after | model A: ms (TFLOP/s), split | "
+        "model S: ms (TFLOP/s), split |",
+        "|---|---|---|---|",
+    ]
+    for hd, k in sorted(kernels.items()):
+        t = round_cycles(k, TURING)
+        for ctx in BENCH_CONTEXTS:
+            cells = []
+            for m in ("A", "S"):
+                p = predict_ms(2048, ctx, k, t[m], None)
+                cells.append(
+                    f"{p['ms']:.2f} ({causal_tflops(2048, ctx, hd, p['ms']):.0f}), s={p['splits']}"
+                )
+            lines.append(f"| {hd} | {ctx:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def seed_table(k: Kernel, h200_bench: str | None) -> list[str]:
+    """The head-dim-256 shapes of the seed's measurements, models A, B, C."""
+    t = round_cycles(k, TURING)
+    models = {"A": t["A"]}
+    if h200_bench:
+        b = json.loads(Path(h200_bench).read_text())
         row = next(
             r for r in b["rows"] if r["query_len"] == 2048 and r["context_len"] == 150 * 1024
         )
         frac = row["auto_split"]["fraction_of_mma_ceiling"]
-        # H200: cycles per tile = tensor cycles / fraction; the non-tensor
-        # remainder, carried over unchanged in cycles, is added to Turing's
-        # tensor cycles (pessimistic: Turing's longer tensor phases hide more).
-        h200_tensor = 2 * 256 * 4.5
-        models["B (H200 remainder added)"] = bound["tensor"] + h200_tensor / frac - h200_tensor
-        models["C (H200 fraction carried over)"] = bound["tensor"] / frac
-    print("model cycles per tile:", {k: round(v) for k, v in models.items()})
-    hdr = (
+        # B: the H200's non-tensor cycles per round added unchanged to Turing's
+        # tensor cycles; C: the H200's fraction of the ceiling carried over.
+        h200_tensor = round_cycles(k, H200)["tensor"]
+        models["B"] = t["tensor"] + h200_tensor / frac - h200_tensor
+        models["C"] = t["tensor"] / frac
+    lines = [
         "| shape | seed RTX 8000 (ms) | "
-        + " | ".join(f"model {k.split()[0]} no split / auto (ms)" for k in models)
-        + " |"
-    )
-    print(hdr)
-    print("|" + "---|" * (2 + len(models)))
+        + " | ".join(f"model {m} no split / auto (ms)" for m in models)
+        + " |",
+        "|" + "---|" * (2 + len(models)),
+    ]
     for (q, ctx), (seed_ns, seed_auto) in SEED.items():
         cells = []
         for cyc in models.values():
-            ns = predict_ms(q, ctx, cyc, 1)
-            au = predict_ms(q, ctx, cyc, None)
+            ns = predict_ms(q, ctx, k, cyc, 1)
+            au = predict_ms(q, ctx, k, cyc, None)
             cells.append(f"{ns['ms']:.1f} / {au['ms']:.1f} (s={au['splits']})")
         seed = f"{seed_ns}" + (f" / {seed_auto}" if seed_auto else "")
-        print(f"| {q} after {ctx} | {seed} | " + " | ".join(cells) + " |")
+        lines.append(f"| {q} after {ctx} | {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--static", type=Path, default=STATIC)
+    ap.add_argument("--h200-bench")
+    a = ap.parse_args()
+    kernels = load_kernels(a.static)
+    print("MODEL, not a measurement: inputs", a.static.relative_to(ROOT))
+    for hd, k in sorted(kernels.items()):
+        t = round_cycles(k, TURING)
+        print(f"head dim {hd}, Turing cycles per round:", {n: round(v) for n, v in t.items()})
+    print()
+    print("\n".join(head_dim_table(kernels)))
+    print()
+    print("\n".join(chunk_table(kernels)))
+    if 256 in kernels:
+        print()
+        print("\n".join(seed_table(kernels[256], a.h200_bench)))
 
 
 if __name__ == "__main__":

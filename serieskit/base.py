@@ -162,7 +162,7 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
-        + (f"# What its CPU tests install.\ntorch = \"{pin.torch}\"\n" if pin.torch else "")
+        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else "")
         + "".join(_port_table(p) for p in ports)
     )
 

@@ -57,6 +57,8 @@ class Report:
     kernels: list[dict] = field(default_factory=list)
     usage: list[Usage] = field(default_factory=list)
     sass: dict[str, list[str]] = field(default_factory=dict)
+    # object -> function -> SASS opcode -> count (HMMA.1688.F32, LDSM, ...)
+    opcodes: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     module: str | None = None
 
     def to_json(self) -> str:
@@ -262,6 +264,33 @@ def sass_summary(obj: Path) -> list[str]:
     return sorted({line.split()[-1] for line in out.splitlines() if line.strip()})
 
 
+_SASS_FUNCTION = re.compile(r"Function : (\S+)")
+_SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def sass_opcodes(text: str) -> dict[str, dict[str, int]]:
+    """Per function of ``cuobjdump -sass`` output, how often each opcode
+    (with its modifiers, e.g. ``HMMA.1688.F32``) occurs."""
+    out: dict[str, dict[str, int]] = {}
+    counts: dict[str, int] | None = None
+    for line in text.splitlines():
+        if m := _SASS_FUNCTION.search(line):
+            counts = out.setdefault(m.group(1), {})
+        elif counts is not None and (m := _SASS_OPCODE.search(line)):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return out
+
+
+def sass_census(obj: Path) -> dict[str, dict[str, int]]:
+    """sass_opcodes of an object's machine code (empty where cuobjdump, or
+    the nvdisasm it calls, is missing)."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return {}
+    proc = _run([tool, "-sass", str(obj)], check=False)
+    return sass_opcodes(proc.stdout) if proc.returncode == 0 else {}
+
+
 def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Path:
     """Compile the torch bindings and link ``_sm7x_C`` (needs torch + CUDA)."""
     try:
@@ -376,6 +405,8 @@ def build(
     for k, (obj, usage) in zip(sources, results, strict=True):
         report.usage.extend(usage)
         report.sass[obj.name] = sass_summary(obj)
+        if census := sass_census(obj):
+            report.opcodes[obj.name] = census
         for u in usage:
             u.name = names.get(u.function, u.function)
             log(

@@ -142,6 +142,20 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
     overlay.session(t, gpu=args.gpu)
 
 
+def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
+    from serieskit import wheel
+
+    wheel.session(
+        t,
+        tree=args.tree,
+        release=args.release,
+        dist=args.dist,
+        module=not args.no_module,
+        ptx=args.ptx,
+        verify=args.verify,
+    )
+
+
 def cmd_pr(args: argparse.Namespace, t: Target) -> None:
     from serieskit import pr  # needs GitPython, which the `pr` session installs
 
@@ -290,6 +304,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     ov.add_argument(
         "--gpu", action="store_true", help="also pack .dev/gpu/part1 and part2 for the GPU machine"
+    )
+    wh = command(
+        "wheel", cmd_wheel, "dist/vllm-VERSION+series...whl: an installable wheel", port=True
+    )
+    wh.add_argument(
+        "--no-module",
+        action="store_true",
+        help="leave vllm._sm7x_C out (no CUDA toolkit here): the series' kernels stay off",
+    )
+    wh.add_argument("--ptx", action="store_true", help="add compute_75 PTX to the module")
+    wh.add_argument(
+        "--tree",
+        type=Path,
+        help="a tree assembled from `overlay --gpu` (its stamps), not .work/vllm",
+    )
+    wh.add_argument(
+        "--release",
+        type=Path,
+        help="the released wheel (default: downloaded once), or the folder of its "
+        "dist-info that `overlay --gpu` packs (members then from --tree)",
+    )
+    wh.add_argument("--dist", type=Path, help="where the wheel goes (default: dist/)")
+    wh.add_argument(
+        "--verify",
+        action="store_true",
+        help="then pip install it into a fresh virtual environment and check import vllm, "
+        "vllm --version and the series' ops there (CPU)",
     )
     pr = command("pr", cmd_pr, "upstream pull requests from the series, with their evidence")
     pr.add_argument("--onto", help="vllm==VERSION: the series tree to build on (default: pin)")

@@ -31,6 +31,7 @@ from serieskit import base, claims, series, target
 from serieskit.errors import ToolkitError, failed
 from serieskit.state import State
 from serieskit.target import Target
+from serieskit.wheel import pack_release
 
 WHEEL = "vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl"
 CORE = "vllm/_C_stable_libtorch.abi3.so"
@@ -144,6 +145,9 @@ def pack_gpu(
                     ti = tarfile.TarInfo(info.filename)
                     ti.size = len(data)
                     tar.addfile(ti, fileobj=io.BytesIO(data))
+        # For `serieskit wheel` there (gpu/serve.sh): the release's RECORD checks
+        # every compiled member the wheel takes from the assembled tree.
+        pack_release(z, version, tree, p2 / "release.tar.xz", skip=(CORE, FA_DIR))
     with tarfile.open(p2 / "overlay.tgz", "w:gz") as tar:
         tar.add(
             tree / "vllm",

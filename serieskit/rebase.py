@@ -195,8 +195,10 @@ def update_pin(root: Path, log=print) -> None:
     state.save(root)
     log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
     if old.torch:
-        log(f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
-            f"set the torch vLLM {rb.version} pins")
+        log(
+            f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
+            f"set the torch vLLM {rb.version} pins"
+        )
     series.export(root, force=True, log=log)
 
 

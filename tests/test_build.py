@@ -20,6 +20,16 @@ ptxas info    : Function properties for _Z6kernelPf
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 32 registers, used 0 barriers, 352 bytes cmem[0]
 """
+SASS = """\
+\t\tFunction : _Z6kernelPf
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0020*/                   HMMA.1688.F32 R8, R4, R6, R8 ;
+        /*0030*/              @!P0 HMMA.1688.F32 R8, R4, R7, R8 ;
+        /*0040*/                   EXIT ;
+\t\tFunction : _Z5otherv
+        /*0000*/                   EXIT ;
+"""
 GOOD = "__global__ void scale(float* x) { x[threadIdx.x] *= 2.f; }\n"
 BAD = "__global__ void scale(float* x) { x[threadIdx.x] *= undefined_name; }\n"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -38,6 +48,13 @@ def test_ptxas_report_is_parsed_per_function_and_arch():
     assert [
         (u.arch, u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores) for u in usage
     ] == [("75", 255, 49152, 8, 4), ("70", 32, 0, 0, 0)]
+
+
+def test_sass_opcodes_are_counted_per_function_with_predicated_ones():
+    assert build.sass_opcodes(SASS) == {
+        "_Z6kernelPf": {"MOV": 1, "LDSM.16.M88.4": 1, "HMMA.1688.F32": 2, "EXIT": 1},
+        "_Z5otherv": {"EXIT": 1},
+    }
 
 
 def test_turing_only_files_build_for_sm75_alone(tmp_path):

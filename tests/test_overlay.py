@@ -86,6 +86,8 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     assert (out / "part2" / "VERSION").read_text() == "9.1.0\n"  # what stage2 assembles
     with tarfile.open(out / "part2" / "fa.tar.xz") as tar:
         assert tar.getnames() == [overlay.FA_DIR + "__init__.py"]  # FA2 library left out
+    with tarfile.open(out / "part2" / "release.tar.xz") as tar:  # for `serieskit wheel` there
+        assert tar.getnames() == ["vllm/other.py"]  # generated, not in part1 or fa.tar.xz
     with tarfile.open(out / "part2" / "overlay.tgz") as tar:
         names = set(tar.getnames())
         stamps = {

@@ -1,7 +1,8 @@
 """Integration on the real pinned base: vLLM sdists from the package index.
 
-These download vLLM 0.25.0 and 0.26.0 once (about 38 MB each) into the
-toolkit's cache and reuse them afterwards.
+These download vLLM 0.25.0, 0.26.0 (about 38 MB each, the rebase fixtures'
+releases) and the pin's release (0.33.0, 47 MB) once into the toolkit's
+cache and reuse them afterwards.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ V25 = base.Pin(
     "7e04e2b37164de8c4012f27f75af6c4768039b32610865e9b6fb8c49c34a84aa",
     "99e7bcdde8efe309b449cb9c3c8e04075b882a00",
 )
+V26_COMMIT = "732efffa7103d31b2e64f5fa5aedc824c5ce8949"  # the base commit of vLLM 0.26.0's sdist
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +58,7 @@ def test_pinned_base_is_the_pinned_commit(tmp_path):
 
 
 def test_series_plus_fixture_round_trips_byte_for_byte(tmp_path):
-    root = make_root(tmp_path, None, ["0.26.0/Misc-Fixture-note-in-the-README.patch"])
+    root = make_root(tmp_path, None, ["0.33.0/Misc-Fixture-note-in-the-README.patch"])
     before = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     series.apply(root, log=quiet)
     assert series.export(root, log=quiet) == []
@@ -92,7 +94,7 @@ def test_rebase_from_0_25_onto_0_26_writes_range_diff(tmp_path):
     assert "vLLM 0.25.0 -> 0.26.0" in text
     assert "1 unchanged" in text and "[Misc] Fixture: note in ubatching" in text
     repo = series.work_repo(root)
-    assert git.rev(repo, "HEAD~1") == base.read_pin(REPO_ROOT).commit
+    assert git.rev(repo, "HEAD~1") == V26_COMMIT
 
 
 def test_conflicting_rebase_stops_then_aborts_with_nothing_lost(tmp_path):

@@ -158,6 +158,33 @@ def test_prefill_attention_bench_document_validates():
         assert doc["figures"][name]["value"] == pytest.approx(fig["value"]), name
 
 
+def test_prefill_attention_bench_names_figures_per_head_dim():
+    bench = script("bench/prefill_attention.py")
+    timing = {"median_ms": 2.0, "tflops": 100.0, "fraction_of_mma_ceiling": 0.5}
+    rows = [
+        {
+            "head_dim": hd,
+            "query_len": 2048,
+            "context_len": 8192,
+            "flops": bench.causal_flops(2048, 8192, hd),
+            "no_split": timing,
+            "auto_split": timing,
+            "triton_attn": dict(timing, median_ms=5.0),
+            "speedup_vs_triton_attn": 2.5,
+        }
+        for hd in (64, 128)
+    ]
+    doc = bench.document(rows, {"tflops": 200.0}, {}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    fig = doc["figures"]
+    assert fig["hd128.q2048_ctx8192.auto_split_fraction_of_ceiling"]["value"] == 0.5
+    assert fig["hd64.q2048_ctx8192.speedup_vs_triton_attn"]["value"] == 2.5
+    assert fig["hd64.q2048_ctx8192.triton_attn_ms"]["from"] == "rows[0].triton_attn.median_ms"
+    assert doc["shape"]["head_dims"] == [64, 128]
+    # causal FLOPs: 4 x head dim x heads x visible keys
+    assert bench.causal_flops(2, 3, 64) == 4 * 64 * bench.HEADS * (4 + 5)
+
+
 def test_e2e_merge_of_the_committed_runs_validates_and_flags_flat_logits(tmp_path):
     ab = script("e2e/ab.py")
     runs = [str(RAW / f) for f in ("call2_e2e1.json", "call3_e2e2.json")]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU machine, after gpu/stage1.sh and gpu/stage2.sh (which assembles the
+# release and the series' overlay under /tmp/vllm-run): build the series'
+# wheel here with the toolkit from what the recipe carried, pip install it
+# into a fresh target, serve the small local checkpoint with `vllm serve` and
+# ask it through the openai package (gpu/serve.py). Results go to $OUT:
+# serve_h200.json (results schema), serve.log (the server), wheel.log.
+#   TESTS=none BUILD=0 bash gpu/stage2.sh bash gpu/serve.sh
+set -euo pipefail
+root=/tmp/vllm-run
+part2=${PART2:-.dev/gpu/part2}
+[ -d "$root/src/vllm" ] || { echo "error: run gpu/stage2.sh first (no $root/src)"; exit 1; }
+[ -f "$part2/release.tar.xz" ] || {
+  echo "error: $part2 has no release.tar.xz: pack the load again (nox -s overlay -- --gpu)"; exit 1; }
+# The load as packed: every file of part2 against the packer's sha256 list
+# (carry .dev/gpu/MANIFEST.sha256 with part2).
+manifest=$(dirname "$part2")/MANIFEST.sha256
+[ -f "$manifest" ] || { echo "error: $manifest is missing: carry it with $part2"; exit 1; }
+(cd "$(dirname "$part2")" && grep " $(basename "$part2")/" MANIFEST.sha256 | sha256sum -c --quiet) \
+  || { echo "error: $part2 differs from what was packed (see above)"; exit 1; }
+rm -rf "$root/release" && mkdir -p "$root/release" "$OUT"
+tar xJf "$part2/release.tar.xz" -C "$root/release"
+python3 gpu/serve.py "$OUT/serve_h200.json" --root "$root"

@@ -1,0 +1,83 @@
+"""The check ``serieskit wheel --verify`` runs inside the fresh virtual
+environment it installed the wheel into (with that environment's Python, in
+isolated mode: only the standard library, vLLM and its requirements).
+
+    python -I wheel_check.py EXPECTED_VERSION ENVIRONMENT
+
+Checks that vLLM is imported from ENVIRONMENT, that its version (package
+metadata and ``vllm.__version__``) is the wheel's, that ``vllm/_series.json``
+names the same version, and that the series' ops register on this machine:
+every op of ``_sm7x_C`` (by the extension where it loads, otherwise from its
+schemas with its fake implementations), the host all-reduce's fake accepting
+what the kernel takes and refusing a misaligned input under FakeTensorMode,
+and ``torch.ops.vllm.nvfp4_sm7x_linear``. Prints one JSON line; a failed
+check exits with status 1 and its reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+
+def fail(reason: str) -> None:
+    print(reason, file=sys.stderr)
+    raise SystemExit(1)
+
+
+def main(expected: str, prefix: Path) -> dict:
+    import vllm
+
+    where = Path(vllm.__file__).resolve().parent
+    if prefix.resolve() not in where.parents:
+        fail(f"vllm was imported from {where}, not from the new environment {prefix}")
+    versions = {
+        "metadata": importlib.metadata.version("vllm"),
+        "vllm.__version__": vllm.__version__,
+        "_series.json": json.loads((where / "_series.json").read_text())["version"],
+    }
+    wrong = {k: v for k, v in versions.items() if v != expected}
+    if wrong:
+        fail(f"versions other than the wheel's {expected}: {wrong}")
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from vllm import _sm7x_ops
+
+    loaded = _sm7x_ops.load()
+    _sm7x_ops.define_schemas()  # a no-op where the extension loaded
+    namespace = torch.ops._sm7x_C
+    missing = [name for name in _sm7x_ops.SCHEMAS if not hasattr(namespace, name)]
+    if missing:
+        fail(f"ops of _sm7x_C not registered: {missing}")
+    with FakeTensorMode():
+        inp = torch.empty(64, dtype=torch.float16)
+        out = torch.empty_like(inp)
+        namespace.host_reduce_kernel(0, inp, out)
+        try:
+            namespace.host_reduce_kernel(0, inp[1:], out[1:])
+        except RuntimeError as e:
+            if "aligned" not in str(e):
+                fail(
+                    f"the host all-reduce's fake refused a misaligned input for another reason: {e}"
+                )
+        else:
+            fail("the host all-reduce's fake took a misaligned input")
+
+    import vllm.model_executor.kernels.linear.nvfp4.sm7x_dequant  # noqa: F401
+
+    if not hasattr(torch.ops.vllm, "nvfp4_sm7x_linear"):
+        fail("torch.ops.vllm.nvfp4_sm7x_linear is not registered")
+    return {
+        "vllm": str(where),
+        "versions": versions,
+        "extension_loaded": loaded,
+        "ops": sorted(_sm7x_ops.SCHEMAS),
+        "torch": torch.__version__,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], Path(sys.argv[2]))))
