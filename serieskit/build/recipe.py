@@ -30,6 +30,7 @@ class Native:
     archs: tuple[str, ...]
     ptx_arch: str
     nvcc_flags: tuple[str, ...]
+    cxx_std: str  # -std= of the torch bindings
     kernels: tuple[tuple[str, tuple[str, ...]], ...]  # (file name glob, archs), in order
     cuda12_nvrtc: tuple[str, ...]
     full_arch_list: str
@@ -101,6 +102,7 @@ def native() -> Native:
         archs=tuple(get("native.archs", list)),
         ptx_arch=get("native.ptx_arch"),
         nvcc_flags=tuple(get("native.nvcc_flags", list)),
+        cxx_std=get("native.cxx_std"),
         kernels=tuple((p, tuple(a)) for p, a in kernels.items()),
         cuda12_nvrtc=tuple(get("toolchain.cuda12_nvrtc.packages", list)),
         full_arch_list=get("full.torch_cuda_arch_list"),
