@@ -123,6 +123,12 @@ def docs(session: nox.Session) -> None:
     _toolkit(session, "docs")
 
 
+@nox.session(venv_backend="none")
+def figures(session: nox.Session) -> None:
+    """Rewrite the figures blocks of README.md and docs/ from results/ (-- --check, --record-ci)."""
+    _toolkit(session, "figures")
+
+
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
