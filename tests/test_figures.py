@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from serieskit import cli, results
-from serieskit.checks import blocks, evidence, figures, pipeline
+from serieskit.checks import benchmarks, blocks, evidence, figures, pipeline
 from serieskit.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,7 +59,8 @@ def root(tmp_path) -> Path:
     (p / "0002-Perf-overlap.patch").write_text(patch_file("[Perf] Overlap", "tp-prefill-overlap"))
     (p / "manifest.toml").write_text(
         f'[[patch]]\nname = "kernel-op"\ntests = ["{TEST}"]\n\n'
-        '[[patch]]\nname = "tp-prefill-overlap"\ntests = ["tests/v1/worker/test_prefill_overlap.py"]\n'
+        '[[patch]]\nname = "tp-prefill-overlap"\n'
+        'tests = ["tests/v1/worker/test_prefill_overlap.py"]\n'
     )
     # An older file on the pin, a newer one on the old base, and the newest on the pin.
     write_run(
@@ -208,9 +209,8 @@ def test_the_command_line_fails_with_one_error_line_and_the_diff(root, capsys):
     (root / "README.md").write_text(page("series"))
     assert cli.run(["figures", "--check"], root) == 1
     err = capsys.readouterr().err.splitlines()
-    assert (
-        err[0]
-        == "error: figures: blocks in the docs differ from results/: run `nox -s figures` and commit"
+    assert err[0] == (
+        "error: figures: blocks in the docs differ from results/: run `nox -s figures` and commit"
     )
     assert "  --- a/README.md" in err
     assert cli.run(["figures"], root) == 0
@@ -306,7 +306,7 @@ def test_every_gpu_figure_in_the_docs_carries_its_machine_label():
             assert label in text, f"block {name} quotes {run.path} without its label {label!r}"
             if run.gpus and "H200" in label:
                 assert "not a Turing figure" in label or "not Turing speed" in label
-    assert "the seed's Turing figure" in blocks.seed(ev)
+    assert "the seed's Turing figure" in benchmarks.seed(ev)
 
 
 # A measured value: a time, a bandwidth, a rate, a share, a test count.

@@ -180,8 +180,8 @@ def session(root: Path, check_only: bool = False, record: bool = False) -> None:
         diff = check(root)
         if diff:
             raise ToolkitError(
-                "figures: blocks in the docs differ from results/: run `nox -s figures` and commit\n"
-                + diff
+                "figures: blocks in the docs differ from results/: "
+                "run `nox -s figures` and commit\n" + diff
             )
         print("figures: every block is current")
         return
