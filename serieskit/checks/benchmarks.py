@@ -1,4 +1,4 @@
-"""The benchmark and static-evidence blocks of docs/gpu-evidence.md, each a table from one results file.
+"""The benchmark and static-evidence blocks of docs/gpu-evidence.md: a table per results file.
 
 Each function finds the newest results file that holds its figures (the
 pin's base preferred), lays them out as a markdown table and ends with that
@@ -11,6 +11,7 @@ import json
 import re
 
 from serieskit.checks.evidence import Evidence, Run, fmt, table
+
 
 def _newest_matching(ev: Evidence, pattern: str, kind: str | None = None) -> Run | None:
     rx = re.compile(pattern)
