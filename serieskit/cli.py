@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import results, status
 from serieskit.build import build, overlay, recipe, wheel
-from serieskit.checks import docs, lint, runner
+from serieskit.checks import docs, figures, lint, runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
@@ -122,6 +122,10 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
 
 def cmd_docs(args: argparse.Namespace, t: Target) -> None:
     docs.session(t, check_only=args.check)
+
+
+def cmd_figures(args: argparse.Namespace, t: Target) -> None:
+    figures.session(t.root, check_only=args.check, record=args.record_ci)
 
 
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:
@@ -286,6 +290,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree", port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
+    fg = command("figures", cmd_figures, "rewrite the figures blocks of README.md and docs/")
+    fg.add_argument("--check", action="store_true", help="fail with a diff when a block is stale")
+    fg.add_argument(
+        "--record-ci",
+        action="store_true",
+        help="first copy the last complete CI run's stage durations to results/ci_timings.json",
+    )
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
     ov = command(
         "overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree", port=True

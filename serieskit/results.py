@@ -23,7 +23,7 @@ from serieskit import git
 from serieskit.state import WORK, State
 
 SCHEMA = "vllm-series-results/1"
-KINDS = ("tests", "bench", "e2e", "static", "external")
+KINDS = ("tests", "bench", "e2e", "static", "external", "ci")
 HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")
