@@ -1,4 +1,4 @@
-"""The benchmark and static-evidence blocks of docs/gpu-evidence.md: a table per results file.
+"""The benchmark and static-evidence blocks of docs/gpu-evidence.md (a table per results file).
 
 Each function finds the newest results file that holds its figures (the
 pin's base preferred), lays them out as a markdown table and ends with that
