@@ -341,3 +341,173 @@ def test_the_pattern_finds_a_figure_written_by_hand_and_only_there():
     assert [m.group(0) for m in MEASURED.finditer(outside_blocks(text))] == ["1.5 ms"]
     assert MEASURED.search("98 passed") and MEASURED.search("43.8 %")
     assert not MEASURED.search("head dim 256, 2048 tokens, sm_75")
+
+
+# --- runs on an earlier version of the files they cover ------------------------------
+
+OLD_CU, NEW_CU, PY, TEST_BLOB = "1" * 40, "2" * 40, "3" * 40, "4" * 40
+
+
+def diff(path: str, old: str, new: str) -> str:
+    """One `git format-patch --full-index` diff that replaces one line."""
+    return (
+        f"diff --git a/{path} b/{path}\nindex {old}..{new} 100644\n--- a/{path}\n+++ b/{path}\n"
+        "@@ -1 +1 @@\n-old\n+new\n"
+    )
+
+
+@pytest.fixture
+def blobs_root(root) -> Path:
+    """The root's two patches with diffs: 0001 adds csrc/op.cu and its test;
+    0002 adds overlap.py, changes op.cu again (the last word on it), deletes
+    gone.py and renames old.py."""
+    p = root / "patches"
+    (p / "0001-Kernel-op.patch").write_text(
+        patch_file("[Kernel] An op", "kernel-op")
+        + diff("csrc/op.cu", "0" * 40, OLD_CU)
+        + diff(TEST, "0" * 40, TEST_BLOB)
+    )
+    (p / "0002-Perf-overlap.patch").write_text(
+        patch_file("[Perf] Overlap", "tp-prefill-overlap")
+        + diff("vllm/overlap.py", "0" * 40, PY)
+        + diff("csrc/op.cu", OLD_CU, NEW_CU)
+        + "diff --git a/vllm/gone.py b/vllm/gone.py\ndeleted file mode 100644\n"
+        f"index {'5' * 40}..{'0' * 40}\n--- a/vllm/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+        "diff --git a/vllm/old.py b/vllm/moved.py\nsimilarity index 100%\n"
+        "rename from vllm/old.py\nrename to vllm/moved.py\n"
+    )
+    return root
+
+
+def run_on(root: Path, name: str, files: dict[str, str], **extra) -> None:
+    """A one-GPU run on the pin of TEST that recorded ``files``."""
+    write_run(
+        root,
+        name,
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-05-01",
+        test_files={TEST: counts(20)},
+        **extra,
+    )
+    path = root / "results" / name
+    doc = json.loads(path.read_text())
+    doc["series"]["files"] = files
+    path.write_text(json.dumps(doc))
+
+
+def test_the_series_head_is_read_from_the_patch_files_index_lines(blobs_root):
+    ev = evidence.Evidence(blobs_root)
+    assert ev.head == {
+        "csrc/op.cu": NEW_CU,  # the last patch that touches it
+        TEST: TEST_BLOB,
+        "vllm/overlap.py": PY,
+        "vllm/gone.py": None,  # deleted
+        "vllm/old.py": None,  # renamed away; the new name has no index line, so no blob
+    }
+    assert ev.patches[0].files == frozenset({"csrc/op.cu", TEST})
+
+
+def test_a_run_on_the_current_files_is_not_marked(blobs_root):
+    run_on(blobs_root, "now.json", {"csrc/op.cu": NEW_CU, TEST: TEST_BLOB, "vllm/overlap.py": PY})
+    row = next(
+        line
+        for line in blocks.series(evidence.Evidence(blobs_root)).splitlines()
+        if line.startswith("| `0001`")
+    )
+    assert "`test_op.py` 20 passed (`now.json`)" in row
+    assert "ran before" not in row
+
+
+def test_a_run_before_the_current_version_of_a_file_says_which(blobs_root):
+    # op.cu as 0001 left it, before 0002 changed it again; the test file current.
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    ev = evidence.Evidence(blobs_root)
+    row = next(line for line in blocks.series(ev).splitlines() if line.startswith("| `0001`"))
+    assert "(`then.json`: ran before the current version of `op.cu`)" in row
+    run = ev.named("then.json")
+    # 0002's files: overlap.py was not in that run's series at all.
+    assert ev.predates(run, ["tp-prefill-overlap"]) == (
+        "ran before the current version of `op.cu` and `overlap.py`"
+    )
+    assert ev.predates_note(run, ["kernel-op"]) == (
+        " It ran before the current version of `op.cu` of patch 0001."
+    )
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`then.json`" in line)
+    assert runs_row.endswith("| every patch |")  # 0001's op.cu, 0002's op.cu and overlap.py
+    tests_row = next(line for line in blocks.gpu_tests(ev).splitlines() if "`then.json`" in line)
+    assert tests_row.endswith("| ran before the current version of `op.cu` |")
+
+
+def test_the_code_is_named_first_and_the_rest_counted(blobs_root):
+    run_on(blobs_root, "old.json", {})  # recorded nothing it changed: every file differs
+    path = blobs_root / "results" / "old.json"
+    doc = json.loads(path.read_text())
+    doc["series"]["files"] = {"unrelated.py": "9" * 40}
+    path.write_text(json.dumps(doc))
+    ev = evidence.Evidence(blobs_root)
+    words = ev.predates(ev.named("old.json"), ["kernel-op", "tp-prefill-overlap"], shown=1)
+    assert words == "ran before the current version of `op.cu` and 2 other files"
+
+
+def test_only_the_patches_whose_files_changed_are_named(blobs_root):
+    # Current for 0002's overlap.py, but op.cu (0001's and 0002's) and 0001's test are older.
+    run_on(blobs_root, "mixed.json", {"csrc/op.cu": NEW_CU, TEST: "6" * 40, "vllm/overlap.py": PY})
+    ev = evidence.Evidence(blobs_root)
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`mixed.json`" in line)
+    assert runs_row.endswith("| 0001 |")
+    assert ev.predates(ev.named("mixed.json"), ["tp-prefill-overlap"]) == ""
+    assert ev.predates(ev.named("mixed.json"), ["kernel-op"]) == (
+        "ran before the current version of `test_op.py`"
+    )
+
+
+def test_a_run_that_recorded_no_files_says_so(blobs_root):
+    ev = evidence.Evidence(blobs_root)
+    run = ev.named("new.json")  # the fixture's runs record no files
+    assert ev.outdated(run, ["kernel-op"]) is None
+    assert ev.predates_note(run, ["kernel-op", "tp-prefill-overlap"]) == (
+        " Which version of the files of the series it ran on is not recorded."
+    )
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`new.json`" in line)
+    assert runs_row.endswith("| not recorded |")
+
+
+def test_a_benchmark_caption_names_the_files_changed_since(blobs_root, monkeypatch):
+    monkeypatch.setitem(benchmarks.COVERS, "crossover", ["kernel-op"])
+    run_on(
+        blobs_root,
+        "cross.json",
+        {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB},
+        figures={"ctx0_decodes0.crossover_query_len": results.figure(256, "tokens", "q", "x")},
+    )
+    text = benchmarks.crossover(evidence.Evidence(blobs_root))
+    assert text.endswith("2026-05-01. It ran before the current version of `op.cu` of patch 0001.")
+
+
+def test_figures_and_claims_follow_one_rule(blobs_root):
+    """The pull requests' claims and the docs' figures name the same files as
+    changed since a run (serieskit.results.changed_since)."""
+    from serieskit.pr import claims
+
+    run_on(
+        blobs_root,
+        "claim.json",
+        {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB},
+        figures={"t": results.figure(1.0, "ms", "t", "x")},
+    )
+    ev = evidence.Evidence(blobs_root)
+    files = ev.patches[0].files
+    checked = claims.check(
+        blobs_root,
+        claims.Claim("results/claim.json", "figures.t", "t", "ms", "NVIDIA H200"),
+        {f: {ev.head[f]} for f in files},
+    )
+    stale = [p for p in checked.problems if p.startswith("stale:")]
+    assert [c.path for c in ev.outdated(ev.named("claim.json"), ["kernel-op"]) or []] == [
+        "csrc/op.cu"
+    ]
+    assert stale == [
+        "stale: results/claim.json ran on a series where csrc/op.cu changed since the run "
+        f"(recorded {OLD_CU[:12]}, head {NEW_CU[:12]})"
+    ]

@@ -2,7 +2,9 @@
 
 Each function finds the newest results file that holds its figures (the
 pin's base preferred), lays them out as a markdown table and ends with that
-file's caption: its path, its machine's own label, base, torch and date.
+file's caption: its path, its machine's own label, base, torch and date,
+and which files of the patches the table covers (:data:`COVERS`) changed
+since the run.
 """
 
 from __future__ import annotations
@@ -11,6 +13,27 @@ import json
 import re
 
 from serieskit.checks.evidence import Evidence, Run, fmt, table
+
+HOST_REDUCE = ["host-reduce-kernel", "host-reduce-copy-engine"]
+TURING = ["turing-prefill-attention", "turing-prefill-split-kv", "turing-prefill-head-dims"]
+NVFP4 = ["nvfp4-sm7x-dequant"]
+# The patches (Patch-Names) whose code each table measures.
+COVERS: dict[str, list[str]] = {
+    "host_reduce": HOST_REDUCE,
+    "attention": TURING,
+    "crossover": TURING,
+    "nvfp4": NVFP4,
+    "static_kernels": HOST_REDUCE + TURING,
+    "static_head_dims": TURING,
+    "static_nvfp4": NVFP4,
+    "e2e": ["dbo-ubatch-abort", "tp-prefill-overlap", *HOST_REDUCE],
+}
+
+
+def _end(ev: Evidence, run: Run, block: str) -> str:
+    """A caption's end: the full stop, then the files of the patches the
+    table covers that changed since the run."""
+    return "." + ev.predates_note(run, COVERS[block])
 
 
 def _newest_matching(ev: Evidence, pattern: str, kind: str | None = None) -> Run | None:
@@ -56,7 +79,7 @@ def host_reduce(ev: Evidence) -> str:
         for k in ("copy_h2d_both_GBps", "copy_d2h_both_GBps")
         if run.figure(k)
     ]
-    text = "; ".join(extra + [run.caption()]) + "."
+    text = "; ".join(extra + [run.caption()]) + _end(ev, run, "host_reduce")
     return "\n".join(out + ["", text[:1].upper() + text[1:]])
 
 
@@ -102,7 +125,11 @@ def attention(ev: Evidence) -> str:
     ceiling = fmt(run.value("mma_m16n8k8_ceiling_tflops"), "TFLOP/s")
     return "\n".join(
         out
-        + ["", f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}."]
+        + [
+            "",
+            f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}"
+            + _end(ev, run, "attention"),
+        ]
     )
 
 
@@ -132,7 +159,7 @@ def crossover(ev: Evidence) -> str:
         ],
         rows,
     )
-    return "\n".join(out + ["", run.caption() + "."])
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "crossover")])
 
 
 def nvfp4(ev: Evidence) -> str:
@@ -176,7 +203,7 @@ def nvfp4(ev: Evidence) -> str:
         + [
             "",
             f"Device-to-device copy bandwidth in the same run: {copy}; default tile per "
-            f"layout on this GPU; {run.caption()}.",
+            f"layout on this GPU; {run.caption()}" + _end(ev, run, "nvfp4"),
         ]
     )
 
@@ -201,7 +228,7 @@ def static_kernels(ev: Evidence) -> str:
         for (arch, k), v in sorted(cells.items(), reverse=True)
     ]
     out = table(["kernel", "target", "registers", "spills", "HMMA in SASS"], rows)
-    return "\n".join(out + ["", run.caption() + "."])
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_kernels")])
 
 
 def static_head_dims(ev: Evidence) -> str:
@@ -236,7 +263,7 @@ def static_head_dims(ev: Evidence) -> str:
         ],
         rows,
     )
-    return "\n".join(out + ["", run.caption() + "."])
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_head_dims")])
 
 
 def static_nvfp4(ev: Evidence) -> str:
@@ -269,7 +296,7 @@ def static_nvfp4(ev: Evidence) -> str:
         + ["spills (all tiles)"],
         rows,
     )
-    return "\n".join(out + ["", run.caption() + "."])
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_nvfp4")])
 
 
 def e2e(ev: Evidence) -> str:
@@ -316,7 +343,12 @@ def e2e(ev: Evidence) -> str:
         else "(not recorded)"
     )
     return "\n".join(
-        out + ["", f"Noise floor between the reference boots: {noise}; {run.caption()}."]
+        out
+        + [
+            "",
+            f"Noise floor between the reference boots: {noise}; {run.caption()}"
+            + _end(ev, run, "e2e"),
+        ]
     )
 
 

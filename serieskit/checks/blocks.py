@@ -113,9 +113,15 @@ def _with_all(ev: Evidence, keys: tuple[str, ...], gpus: int, pin_only: bool) ->
     return run if run and all(run.figure(k) for k in keys) else None
 
 
-def _sources(runs: list[Run]) -> str:
-    names = sorted({r.name for r in runs})
-    return "(" + ", ".join(f"`{n}`" for n in names) + ")" if names else ""
+def _sources(ev: Evidence, runs: list[Run], names: list[str]) -> str:
+    """The results files of a cell, each with the files of the patches
+    ``names`` that changed since it ran (files with the same words together)."""
+    by = {r.name: r for r in runs}
+    words: dict[str, list[str]] = {}
+    for n in sorted(by):
+        words.setdefault(ev.predates(by[n], names), []).append(f"`{n}`")
+    parts = [", ".join(files) + (f": {w}" if w else "") for w, files in words.items()]
+    return "(" + "; ".join(parts) + ")" if parts else ""
 
 
 def _one_gpu(ev: Evidence, p: Patch, used: list[Run]) -> str:
@@ -135,7 +141,8 @@ def _one_gpu(ev: Evidence, p: Patch, used: list[Run]) -> str:
             runs.append(run)
             parts.append(_part(run, words, keys))
     used += runs
-    return "; ".join(parts) + (" " + _sources(runs) if runs else "") if parts else "CPU (CI)"
+    sources = _sources(ev, runs, [p.name])
+    return "; ".join(parts) + (" " + sources if runs else "") if parts else "CPU (CI)"
 
 
 def _two_gpus(ev: Evidence, p: Patch) -> str:
@@ -159,7 +166,7 @@ def _two_gpus(ev: Evidence, p: Patch) -> str:
     lead = (
         f"last run on {', '.join(bases)}: " if runs and any(r.base != ev.pin for r in runs) else ""
     )
-    return lead + "; ".join(parts) + (" " + _sources(runs) if runs else "")
+    return lead + "; ".join(parts) + (" " + _sources(ev, runs, [p.name]) if runs else "")
 
 
 def _gpu_words(runs: list[Run]) -> str:
@@ -191,15 +198,29 @@ def series(ev: Evidence) -> str:
         out += [
             "",
             f"The engine's smoke run (`{SMOKE}`: boot with torch.compile and CUDA graphs, greedy "
-            f"generation): {int(c.get('passed') or 0)} of {ran} steps passed; {smoke.caption()}.",
+            f"generation): {int(c.get('passed') or 0)} of {ran} steps passed; {smoke.caption()}."
+            + ev.predates_note(smoke, [p.name for p in ev.patches]),
         ]
     if torch:
         out += ["", f"The one-GPU runs used the GPU machine's torch ({', '.join(torch)})."]
     return "\n".join(out)
 
 
+def _changed_patches(ev: Evidence, run: Run) -> str:
+    """Which patches have files that changed since ``run``, in words."""
+    if run.doc.get("kind") == "external":
+        return "- (not a run of this series)"
+    if run.files is None:
+        return "not recorded"
+    changed = [p.name for p in ev.patches if ev.outdated(run, [p.name])]
+    if not changed:
+        return "none"
+    return "every patch" if len(changed) == len(ev.patches) else ev.numbers(changed)
+
+
 def runs(ev: Evidence) -> str:
-    """Every results file: what kind, which machine (its label), which base, when."""
+    """Every results file: what kind, which machine (its label), which base,
+    when, and the patches whose files changed since it ran."""
     rows = [
         [
             f"`{r.name}`",
@@ -208,10 +229,23 @@ def runs(ev: Evidence) -> str:
             version(r.base) or "-",
             str(r.machine.get("torch") or "-"),
             r.day,
+            _changed_patches(ev, r),
         ]
         for r in sorted(ev.runs, key=lambda r: (r.base == ev.pin, r.date, r.name), reverse=True)
     ]
-    return "\n".join(table(["results file", "kind", "machine", "base", "torch", "date"], rows))
+    head = ["results file", "kind", "machine", "base", "torch", "date", "patches changed since"]
+    return "\n".join(table(head, rows))
+
+
+def _against_head(ev: Evidence, run: Run, test_file: str) -> str:
+    """Whether a run of ``test_file`` ran on the current version of the files
+    of the patches that list it."""
+    if not test_file.startswith("tests/"):
+        # The toolkit's own harness (gpu/smoke.py): it runs the whole series.
+        names = [p.name for p in ev.patches]
+    elif not (names := ev.covering(test_file)):
+        return "a test file the series no longer has"
+    return ev.predates(run, names) or "the current version"
 
 
 def gpu_tests(ev: Evidence) -> str:
@@ -228,11 +262,11 @@ def gpu_tests(ev: Evidence) -> str:
                     version(r.base) or "-",
                     r.day,
                     f"`{r.name}`",
+                    _against_head(ev, r, test),
                 ]
             )
-    return "\n".join(
-        table(["test file", "outcome", "machine", "base", "date", "results file"], rows)
-    )
+    head = ["test file", "outcome", "machine", "base", "date", "results file", "its patches' files"]
+    return "\n".join(table(head, rows))
 
 
 def _serve_run(ev: Evidence) -> Run | None:
@@ -262,7 +296,7 @@ def serve(ev: Evidence) -> str:
         error = str(failed[0].get("error") or "").strip().splitlines() or ["no error recorded"]
         step = failed[0].get("step")
         lead += f'; it stopped at "{step}" ({error[-1].strip()}), so nothing was served yet'
-    lead += f"; {run.caption()}."
+    lead += f"; {run.caption()}." + ev.predates_note(run, [p.name for p in ev.patches])
     return "\n".join([lead, ""] + table(["step", "outcome", "took"], rows))
 
 

@@ -6,20 +6,27 @@ the pin's base, so a new results file replaces an older one in the docs
 without an edit. :func:`fmt` writes a value in its unit the same way
 everywhere, and :meth:`Run.caption` names the file and the machine's own
 label, so that no figure is quoted without the machine it ran on.
+
+A run records the blob of every file the series changed as it ran
+(``series.files``); :meth:`Evidence.predates` says in words which files of
+the patches a figure covers have changed since, against the blobs at the
+series head read from the patch files' ``index`` lines (no applied tree
+needed), by the rule the pull requests' claims follow
+(:func:`serieskit.results.changed_since`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
+from serieskit import results
 from serieskit.errors import ToolkitError
+from serieskit.series import series
 
 RESULTS = "results"
 CI_TIMINGS = "ci_timings.json"  # under results/: a copy of a real CI run's timings
@@ -74,6 +81,14 @@ class Run:
             raise ToolkitError(f"figures: {self.path} has no figure {key!r}")
         return f.get("value")
 
+    @property
+    def files(self) -> dict[str, str] | None:
+        """The blob of every file the series changed as it ran (``series.files``),
+        or None where the run recorded none (the seed's, or an unstamped run)."""
+        series = self.doc.get("series")
+        files = series.get("files") if isinstance(series, dict) else None
+        return files if isinstance(files, dict) and files else None
+
     def tests(self, test_file: str) -> dict | None:
         files = self.doc.get("test_files")
         counts = files.get(test_file) if isinstance(files, dict) else None
@@ -94,12 +109,15 @@ class Run:
 
 @dataclass(frozen=True)
 class Patch:
-    """One patch of the series: its number, Patch-Name, subject and test files."""
+    """One patch of the series: its number, Patch-Name, subject, test files and
+    the files it changes."""
 
     number: str
     name: str
     subject: str
     tests: tuple[str, ...]
+    files: frozenset[str] = frozenset()
+    lines: tuple[tuple[str, int], ...] = ()  # (file, lines the patch changes in it)
 
 
 def version(base: str | None) -> str | None:
@@ -129,7 +147,7 @@ class Evidence:
         # Top level only: results/raw/ holds logs and per-call files behind them.
         self.runs = [_load(p, root) for p in sorted(folder.glob("*.json"))]
         self.pin = _pin(root)
-        self.patches = _patches(root)
+        self.patches, self.head = _patches(root)
 
     def named(self, name: str) -> Run:
         for run in self.runs:
@@ -160,6 +178,88 @@ class Evidence:
             and _gpus_match(r, gpus)
             and (r.base == self.pin or not pin_only)
         )
+
+    def covering(self, test_file: str) -> list[str]:
+        """The Patch-Names whose manifest entry lists ``test_file``."""
+        return [p.name for p in self.patches if test_file in p.tests]
+
+    def outdated(self, run: Run, names: Iterable[str]) -> list[results.Change] | None:
+        """The files of the patches ``names`` (Patch-Names) whose blob at the
+        series head is not the one ``run`` recorded; None where the run
+        recorded no files (and those patches change some)."""
+        wanted = set(names)
+        files = {f for p in self.patches if p.name in wanted for f in p.files}
+        now = {f: {self.head[f]} for f in files if f in self.head}
+        if not now:
+            return []
+        if run.files is None:
+            return None
+        return results.changed_since(run.files, now)
+
+    def predates(self, run: Run, names: Iterable[str], shown: int = 3) -> str:
+        """Words for a run on an earlier version of the files of the patches
+        ``names``: "" where it ran on the current version of every one,
+        else "ran before the current version of `a.py`, `b.cu` and 4 other
+        files" (the code first, the files the patches change most first), or
+        that the files it ran on are not recorded."""
+        names = list(names)
+        changes = self.outdated(run, names)
+        if changes is None:
+            return "the files it ran on are not recorded"
+        if not changes:
+            return ""
+        weight = self._weights(names)
+        paths = sorted((c.path for c in changes), key=lambda p: weight(p))
+        base = [Path(p).name for p in paths]
+        named = [f"`{b if base.count(b) == 1 else p}`" for p, b in zip(paths, base, strict=True)]
+        rest = len(named) - shown
+        if rest <= 0:
+            listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        else:
+            listed = ", ".join(named[:shown]) + f" and {rest} other file" + "s" * (rest > 1)
+        return f"ran before the current version of {listed}"
+
+    def _weights(self, names: list[str]) -> Callable[[str], tuple[int, int, str]]:
+        """The order files are named in: the code first, then tests, then
+        the rest (docs, build); in each, the most lines the patches change."""
+        changed: dict[str, int] = {}
+        for p in self.patches:
+            if p.name in names:
+                for path, n in p.lines:
+                    changed[path] = changed.get(path, 0) + n
+
+        def weight(path: str) -> tuple[int, int, str]:
+            code = path.startswith(("vllm/", "csrc/")) and not path.endswith(".md")
+            kind = 0 if code else 1 if path.startswith("tests/") else 2
+            return (kind, -changed.get(path, 0), path)
+
+        return weight
+
+    def predates_note(self, run: Run, names: Iterable[str]) -> str:
+        """:meth:`predates` as a sentence after a caption, naming the patches
+        ("" where the run is current)."""
+        names = list(names)
+        words = self.predates(run, names)
+        if not words:
+            return ""
+        whose = self.whose(names)
+        if words.startswith("ran"):
+            return f" It {words} of {whose}."
+        return f" Which version of the files of {whose} it ran on is not recorded."
+
+    def whose(self, names: Iterable[str]) -> str:
+        """ "the series", "patch 0003" or "patches 0003, 0007 and 0009"."""
+        names = list(names)
+        if {p.name for p in self.patches} <= set(names):
+            return "the series"
+        which = self.numbers(names)
+        return ("patch " if len(which.split()) == 1 else "patches ") + which
+
+    def numbers(self, names: Iterable[str]) -> str:
+        """Patch numbers in series order: "0003, 0007 and 0009"."""
+        wanted = set(names)
+        found = [p.number for p in self.patches if p.name in wanted]
+        return found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
 
     def with_tests(
         self, test_file: str, gpus: int | None = None, pin_only: bool = False
@@ -193,25 +293,26 @@ def _pin(root: Path) -> str:
         raise ToolkitError(f"figures: pin.toml names no [base] version ({e})") from None
 
 
-def _patches(root: Path) -> list[Patch]:
+def _patches(root: Path) -> tuple[list[Patch], dict[str, str | None]]:
     """patches/series in order, each with its subject (tags and all), its
-    Patch-Name trailer and its manifest entry's test files."""
+    Patch-Name trailer (the file name where it has none), its manifest
+    entry's test files and the files it changes; and the blob of every file
+    at the series head."""
     folder = root / "patches"
     try:
-        names = [n.strip() for n in (folder / "series").read_text().splitlines()]
+        names = [n.split("#", 1)[0].strip() for n in (folder / "series").read_text().splitlines()]
         manifest = tomllib.loads((folder / "manifest.toml").read_text())
+        files = [series.read_patch(folder / n) for n in names if n]
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ToolkitError(f"figures: patches/series or patches/manifest.toml: {e}") from None
     tests = {p.get("name"): tuple(p.get("tests", [])) for p in manifest.get("patch", [])}
     out = []
-    for file in (n for n in names if n and not n.startswith("#")):
-        text = (folder / file).read_text()
-        subject = HeaderParser().parsestr(text.split("\n\n", 1)[0]).get("Subject", file)
-        subject = re.sub(r"\s+", " ", str(subject)).removeprefix("[PATCH] ")
-        found = re.search(r"^Patch-Name: *(\S+)", text, re.M)
-        name = found.group(1) if found else file
-        out.append(Patch(file[:4], name, subject, tests.get(name, ())))
-    return out
+    for file, patch in zip((n for n in names if n), files, strict=True):
+        name = patch.name or file
+        out.append(
+            Patch(file[:4], name, patch.subject, tests.get(name, ()), patch.files, patch.lines)
+        )
+    return out, series.head_blobs(files)
 
 
 # --- writing values ----------------------------------------------------------------

@@ -8,8 +8,9 @@ file's, and the file's series is not older than the pull request's files:
 every file the pull request changes has, at the pull request's head or at
 the series head, the blob the run recorded (``series.files``), or the group
 names it with the reason it does not matter for that file
-(``changed_since``). ``external`` files (the seed's figures) have no series
-tree and are labelled as theirs.
+(``changed_since``); which files changed is :func:`serieskit.results.changed_since`,
+the rule the docs' figures follow too. ``external`` files (the seed's
+figures) have no series tree and are labelled as theirs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serieskit import results
 from serieskit.results import HEADER, SCHEMA  # noqa: F401 - one definition, results.py
 
 _TOKEN = re.compile(r"""\.?([A-Za-z0-9_+\-]+)|\[(\d+)\]|\[(['"])(.*?)\3\]""")
@@ -134,25 +136,15 @@ def check(
         return out
     recorded = data["series"].get("files") or {}
     accepted = (changed_since or {}).get(claim.file, {})
-    for path, blobs in sorted(head_blobs.items()):
-        then = recorded.get(path)
-        if then in blobs:
+    for change in results.changed_since(recorded, head_blobs):
+        if change.path in accepted:
+            out.accepted[change.path] = accepted[change.path]
             continue
-        blob = sorted(b or "" for b in blobs)[-1] or None
-        if path in accepted:
-            out.accepted[path] = accepted[path]
-            continue
-        what = (
-            "was not changed by the series that ran"
-            if then is None
-            else "was removed since"
-            if blob is None
-            else "changed since the run"
-        )
-        ran_on = f"recorded {then[:12]}" if then else "recorded: no blob for it"
-        at_head = f"head {blob[:12]}" if blob else "at the head: no file"
+        ran_on = f"recorded {change.then[:12]}" if change.then else "recorded: no blob for it"
+        at_head = f"head {change.now[:12]}" if change.now else "at the head: no file"
         out.problems.append(
-            f"stale: {claim.file} ran on a series where {path} {what} ({ran_on}, {at_head})"
+            f"stale: {claim.file} ran on a series where {change.path} {change.what} "
+            f"({ran_on}, {at_head})"
         )
     return out
 
