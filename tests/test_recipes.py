@@ -116,7 +116,7 @@ def test_full_build_takes_arch_list_and_environment_from_the_recipe(toolkit, mon
 
 def test_the_gpu_loads_follow_overlays_gpu_toml(toolkit, tmp_path, cache, monkeypatch):
     edit(toolkit, recipe.GPU, 'python = "3.12"', 'python = "3.13"')
-    edit(toolkit, recipe.GPU, '    "loguru",\n', '    "loguru",\n    "only-here==1.0",\n')
+    edit(toolkit, recipe.GPU, '"coverage==7.17.5",\n', '"coverage==7.17.5",\n    "only-here==1.0",\n')
     calls: list[list[str]] = []
 
     def fake_run(cmd, **kw):
