@@ -240,13 +240,19 @@ def image_env(summary: dict, fresh: bool) -> Path:
     and the image's packages that vLLM needs, as resolved."""
     py = gpu_python()
     layer = torch_layer(py)
-    in_layer = {
-        pack_deps.norm(p.name.split("-")[0]) for p in layer.glob("*.dist-info") if p.is_dir()
+    # The image's torch fixes the versions it pins (triton, the CUDA
+    # wheels): those come from the layer; the rest of the image's packages
+    # at the resolution's versions, ahead of the layer's on the path.
+    (torch_meta,) = layer.glob("torch-*.dist-info/METADATA")
+    fixed = {pack_deps.norm(n) for n in recipe.gpu().image_builds} | {
+        pack_deps.norm(r.name)
+        for r in pack_deps.requires(torch_meta.read_text())
+        if any(s.operator == "==" for s in r.specifier)
     }
     pins = sorted(
         f"{n}=={v['version']}"
         for n, v in summary["from_image"].items()
-        if n not in in_layer and pack_deps.STUB not in v["version"]
+        if n not in fixed and pack_deps.STUB not in v["version"]
     )
     venv = cache() / f"venv-py{recipe.gpu().python}"
     stamp = "\n".join([str(layer), *pins]) + "\n"
@@ -327,7 +333,10 @@ def uvicorn_protocols() -> str:
     """What uvicorn imports when vLLM's server starts (its "auto" choices)."""
     import uvicorn
 
-    config = uvicorn.Config(app=lambda *a: None, loop="auto", http="auto", ws="auto")
+    async def app(scope, receive, send) -> None:  # an ASGI app, never called
+        pass
+
+    config = uvicorn.Config(app=app, loop="auto", http="auto", ws="auto")
     config.load()
     ws = getattr(config.ws_protocol_class, "__module__", None)
     return f"http {config.http_protocol_class.__module__}, ws {ws}"
