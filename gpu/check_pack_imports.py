@@ -72,8 +72,9 @@ STATE_MODULES = [
 
 
 def cache() -> Path:
-    root = Path(os.environ.get("VLLM_SERIES_CACHE", Path.home() / ".cache" / "vllm-series"))
-    return root / "serve-check"
+    from serieskit.series import base
+
+    return base.cache_dir().parent / "serve-check"  # beside the sdists
 
 
 def gpu_python() -> str:

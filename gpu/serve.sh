@@ -8,8 +8,11 @@
 # go to $OUT: serve_h200.json (results schema), serve_imports.json,
 # serve.log (the server), wheel.log.
 #   TESTS=none BUILD=0 bash gpu/stage2.sh bash gpu/serve.sh
+# or, in a call of its own after stage 2's (within 30 s): bash gpu/serve.sh
 set -euo pipefail
 root=/tmp/vllm-run
+# stage 2's environment, where stage 2 ran in an earlier call
+export PYTHONPATH=${PYTHONPATH:-$root/src:$root/site} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 part2=${PART2:-.dev/gpu/part2}
 [ -d "$root/src/vllm" ] || { echo "error: run gpu/stage2.sh first (no $root/src)"; exit 1; }
 [ -f "$part2/release.tar.xz" ] || {
