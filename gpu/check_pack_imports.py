@@ -380,7 +380,9 @@ def requirements(found: dict) -> str:
     from packaging.requirements import Requirement
 
     lazy = {pack_deps.norm(d) for d, _ in recipe.gpu().lazy_gpu}
-    missing, lazy_missing, off = [], [], []
+    missing: list[str] = []
+    lazy_missing: list[str] = []
+    off: list[str] = []
     todo: list[tuple[str, frozenset[str]]] = [("vllm", frozenset())]
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
@@ -412,7 +414,7 @@ def requirements(found: dict) -> str:
 def default_env() -> dict[str, str]:
     from packaging.markers import default_environment
 
-    return dict(default_environment())
+    return {k: str(v) for k, v in default_environment().items()}
 
 
 def cmd_probe(a) -> int:
