@@ -238,7 +238,7 @@ def fmt(value: object, unit: str) -> str:
     elif abs(value) >= 100:
         text = f"{value:,.1f}"
     elif abs(value) >= 1:
-        text = f"{value:.2f}"
+        text = f"{value:.2f}".rstrip("0").rstrip(".")
     else:
         text = f"{value:.3g}"
     if unit == "fraction":

@@ -48,15 +48,15 @@ def machine_words(m: dict) -> str:
     elif p2p.startswith("none"):
         text += " on PCIe without peer access"
     if TURING.search(gpu):
-        return text + " (Turing)"
+        return text + ", Turing"
     if VOLTA.search(gpu):
-        return text + " (Volta)"
+        return text + ", Volta"
     if "compute_75 PTX" in str(m.get("label", "")):
         return (
-            f"{text}, running the sm_75 code through compute_75 PTX (correctness and "
-            f"relative speed on the {short}, not Turing speed)"
+            f"{text} running the sm_75 code through compute_75 PTX: correctness and "
+            f"relative speed on the {short}, not Turing speed"
         )
-    return f"{text} (a figure of the {short}, not of a Turing or Volta GPU)"
+    return f"{text}: {short} figures, not Turing or Volta ones"
 
 
 def software(m: dict, base: str) -> str:
@@ -97,30 +97,26 @@ def claims_block(checked: list[claims.Checked], hand: str = "") -> str:
     parts = [hand] if hand else []
     heads = [c for c in checked if c.claim.headline]
     if heads:
-        parts.append(
-            "\n".join(
+        bullets, before = [], ""
+        for c in heads:
+            where, how = measured_on(c), c.claim.how.rstrip(".")
+            bullets.append(
                 f"- {c.claim.label}: **{_value(c)}**{_compare(c)}."
-                + (f" {c.claim.how.rstrip('.')}." if c.claim.how else "")
-                + f" Measured on {measured_on(c)}."
-                for c in heads
+                + (f" {how[:1].upper()}{how[1:]}." if how else "")
+                + (" The same run." if where == before else f" On {where}.")
             )
-        )
+            before = where
+        parts.append("\n".join(bullets))
     rest = [c for c in checked if not c.claim.headline]
     if rest:
-        rows = [
-            [
-                c.claim.label,
-                _value(c)
-                + (
-                    f" ({c.claim.vs_label}: {claims.fmt(c.vs_value, c.claim.unit)})"
-                    if c.claim.vs
-                    else ""
-                ),
-                measured_on(c),
-                c.claim.how,
-            ]
-            for c in rest
-        ]
+        rows, before = [], ""
+        for c in rest:
+            where, vs = measured_on(c), ""
+            if c.claim.vs:
+                vs = f" ({c.claim.vs_label}: {claims.fmt(c.vs_value, c.claim.unit)})"
+            same = "as above" if where == before else where
+            rows.append([c.claim.label, _value(c) + vs, same, c.claim.how])
+            before = where
         parts.append(
             ("More figures:\n\n" if heads else "")
             + table(["figure", "value", "measured on", "how"], rows)
@@ -128,8 +124,10 @@ def claims_block(checked: list[claims.Checked], hand: str = "") -> str:
     notes = sorted({f"`{p}`: {why}" for c in checked for p, why in c.accepted.items()})
     if notes:
         parts.append(
-            "Measured before the last change of these files of the pull request, which "
-            "cannot move the figures:\n" + "\n".join(f"- {n}" for n in notes)
+            "<details>\n<summary>Files of this pull request changed since a measurement, "
+            "and why that cannot move its figures</summary>\n\n"
+            + "\n".join(f"- {n}" for n in notes)
+            + "\n\n</details>"
         )
     return "\n\n".join(parts)
 
