@@ -243,7 +243,7 @@ def test_body_follows_the_target_tree_template(proot):
     assert template.splitlines()[-1] in body  # the checklist and footer stay
     assert "PLEASE FILL IN" not in body  # the template's instruction goes
     assert "0.598 ms" in body and "results/bench.json" not in body  # a file the reviewer lacks
-    assert "two NVIDIA H200: H200 figures, not Turing or Volta ones" in body
+    assert "two NVIDIA H200: H200 results, not Turing or Volta ones" in body
     assert "Targets vLLM 0.0.2" in body and "Not yet checked against upstream `main`" in body
     assert body.count("python -m pytest tests/test_a.py") == 1
     assert "| host reduce | FP16 | two ranks |" in body
@@ -633,7 +633,7 @@ def test_a_figure_from_another_base_needs_words_that_say_so(proot):
     body = (proot / ".work/pr/host/body.md").read_text()
     row = next(x for x in body.splitlines() if x.startswith("| copy-engine mode, time per call |"))
     assert (
-        "| 0.598 ms | two NVIDIA H200 with P2P disabled (`NCCL_P2P_DISABLE=1`): H200 figures, "
+        "| 0.598 ms | two NVIDIA H200 with P2P disabled (`NCCL_P2P_DISABLE=1`): H200 results, "
         f"not Turing or Volta ones; {words}; 2026-11-30 |"
     ) in row
     assert "stale" not in body and "None" not in body
@@ -677,7 +677,7 @@ def test_headline_figures_lead_with_their_machine_and_method(tmp_path, cache):
     first = next(x for x in claims_part.splitlines() if x.startswith("- "))
     assert first == (
         "- copy-engine mode, time per call: **0.598 ms**; NCCL, the same payload: **0.746 ms** "
-        "(1.2x faster). Two processes, median of 100 calls. On two NVIDIA H200: H200 figures, "
+        "(1.2x faster). Two processes, median of 100 calls. On two NVIDIA H200: H200 results, "
         "not Turing or Volta ones; vLLM 0.0.2; 2026-11-30."
     )
     assert "| copy-engine mode, time per call |" not in claims_part  # not twice

@@ -56,7 +56,7 @@ def machine_words(m: dict) -> str:
             f"{text} running the sm_75 code through compute_75 PTX: correctness and "
             f"relative speed on the {short}, not Turing speed"
         )
-    return f"{text}: {short} figures, not Turing or Volta ones"
+    return f"{text}: {short} results, not Turing or Volta ones"
 
 
 def software(m: dict, base: str) -> str:
