@@ -429,7 +429,9 @@ def test_real_results_files_share_the_schema():
             assert {"value", "unit", "label"} <= set(fig), (f.name, name)
     for g in read_groups(root):
         for c in g.claims:
-            assert claims.resolve(claims.load(root, c.file), c.path) is not None
+            data = claims.load(root, c.file)
+            for path in [c.path] + ([c.vs] if c.vs else []):
+                assert claims.resolve(data, path) is not None, (g.name, c.label, path)
 
 
 def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
