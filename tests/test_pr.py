@@ -290,6 +290,9 @@ def test_stale_missing_and_wrong_claims_fail_check(proot):
         "host: claims: stale: results/bench.json ran on a series where "
         "vllm/config/kernel.py changed since the run"
     ) in str(e.value)
+    body = (proot / ".work/pr/host/body.md").read_text()  # the reviewer reads words
+    assert "an earlier revision of this change (to be re-run on this one)" in body
+    assert "stale" not in body and "check.json" not in body
     # the change named with a reason is accepted, and the body says why
     ack = '[pr.changed_since."results/bench.json"]\n"vllm/config/kernel.py" = "a docstring"\n'
     text = (proot / "patches/manifest.toml").read_text()

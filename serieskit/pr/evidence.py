@@ -71,8 +71,8 @@ def measured_on(c: claims.Checked) -> str:
         parts.append(c.claim.prior or "")
     else:
         parts.append(software(c.machine, c.base))
-        if c.problems:
-            parts.append("measured on an earlier revision of this change, to be re-run on this one")
+        if any(p.startswith("stale:") for p in c.problems):
+            parts.append("an earlier revision of this change (to be re-run on this one)")
     parts.append(c.date[:10])
     return "; ".join(p for p in parts if p)
 
