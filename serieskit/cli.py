@@ -159,6 +159,8 @@ def cmd_pr(args: argparse.Namespace, t: Target) -> None:
         push=args.push,
         remote=args.remote,
         gh=args.gh,
+        upstream=args.upstream,
+        upstream_ref=args.upstream_ref,
     )
 
 
@@ -345,6 +347,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--remote", help="the fork to push to (with --push)")
     pr.add_argument(
         "--gh", action="store_true", help="with --push: gh pr create --draft --body-file for each"
+    )
+    pr.add_argument(
+        "--upstream",
+        metavar="SRC",
+        help="a clone, mirror or URL of vllm-project/vllm: say whether each branch applies "
+        "on its main (git am -3 in a scratch worktree)",
+    )
+    pr.add_argument(
+        "--upstream-ref", default="HEAD", help="the ref of --upstream to check (default: HEAD)"
     )
     return p
 
