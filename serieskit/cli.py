@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import files, results, status
 from serieskit.build import build, overlay, recipe, wheel
-from serieskit.checks import docs, lint, runner
+from serieskit.checks import docs, figures, lint, runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
@@ -124,6 +124,10 @@ def cmd_docs(args: argparse.Namespace, t: Target) -> None:
     docs.session(t, check_only=args.check)
 
 
+def cmd_figures(args: argparse.Namespace, t: Target) -> None:
+    figures.session(t.root, check_only=args.check, record=args.record_ci)
+
+
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:
     lint.session(t)
 
@@ -155,6 +159,8 @@ def cmd_pr(args: argparse.Namespace, t: Target) -> None:
         push=args.push,
         remote=args.remote,
         gh=args.gh,
+        upstream=args.upstream,
+        upstream_ref=args.upstream_ref,
     )
 
 
@@ -286,6 +292,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree", port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
+    fg = command("figures", cmd_figures, "rewrite the figures blocks of README.md and docs/")
+    fg.add_argument("--check", action="store_true", help="fail with a diff when a block is stale")
+    fg.add_argument(
+        "--record-ci",
+        action="store_true",
+        help="first copy the last complete CI run's stage durations to results/ci_timings.json",
+    )
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
     ov = command(
         "overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree", port=True
@@ -334,6 +347,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--remote", help="the fork to push to (with --push)")
     pr.add_argument(
         "--gh", action="store_true", help="with --push: gh pr create --draft --body-file for each"
+    )
+    pr.add_argument(
+        "--upstream",
+        metavar="SRC",
+        help="a clone, mirror or URL of vllm-project/vllm: say whether each branch applies "
+        "on its main (git am -3 in a scratch worktree)",
+    )
+    pr.add_argument(
+        "--upstream-ref", default="HEAD", help="the ref of --upstream to check (default: HEAD)"
     )
     return p
 

@@ -85,6 +85,7 @@ def test_committed_pipeline_runs_what_ci_must():
     assert commands == [
         "pre-commit run --all-files --show-diff-on-failure",
         "python -m pytest -q tests {posargs}",
+        "python -m serieskit figures --check",
         "python -m serieskit apply",
         "python -m serieskit export --check",
         "python -m serieskit build",

@@ -47,7 +47,7 @@ def onto_target(root: Path, onto: str | None) -> Target:
     raise ToolkitError(
         f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
         "(.work/vllm); port it first (a [[port]] in pin.toml; "
-        'README: "Ports: moving to the next release")'
+        'docs/user-guide.md: "Ports: moving to the next release")'
     )
 
 

@@ -161,8 +161,14 @@ class PatchFile:
     inserted: int
     deleted: int
     stat: tuple[int, int, int] | None  # files, insertions, deletions of its summary line
+    # (path, its blob after the patch; None where the patch deletes it), from
+    # the diffs' `index` lines (written with --full-index)
+    blobs: tuple[tuple[str, str | None], ...] = ()
+    lines: tuple[tuple[str, int], ...] = ()  # (path, lines its hunks insert or delete)
 
 
+_INDEX = re.compile(r"^index [0-9a-f]+\.\.([0-9a-f]+)(?: \d+)?$")
+_NO_BLOB = re.compile(r"^0+$")
 _STAT = re.compile(
     r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
     r"(?:, (\d+) deletions?\(-\))?$",
@@ -183,21 +189,34 @@ def read_patch(path: Path) -> PatchFile:
     trailer = re.search(rf"^{NAME_TRAILER}: *(\S+) *$", head, re.M)
     stat = _STAT.search(head)
     files: set[str] = set()
+    blobs: dict[str, str | None] = {}
+    lines: dict[str, int] = {}
     diffs = inserted = deleted = 0
     in_hunk = False
+    current = None  # the path of the diff being read
     for line in body.splitlines():
         if line.startswith("diff --git "):
             diffs += 1
             in_hunk = False
             m = re.match(r"diff --git a/(\S+) b/(\S+)$", line)
+            current = m.group(2) if m else None
             if m:
                 files.update(m.groups())
         elif line.startswith("@@"):
             in_hunk = True
+        elif not in_hunk and current and (index := _INDEX.match(line)):
+            blob = index.group(1)
+            blobs[current] = None if _NO_BLOB.match(blob) else blob
+        elif not in_hunk and line.startswith("rename from "):
+            blobs[line.removeprefix("rename from ")] = None
         elif in_hunk and line.startswith("+"):
             inserted += 1
+            if current:
+                lines[current] = lines.get(current, 0) + 1
         elif in_hunk and line.startswith("-"):
             deleted += 1
+            if current:
+                lines[current] = lines.get(current, 0) + 1
     return PatchFile(
         subject,
         trailer.group(1) if trailer else None,
@@ -206,7 +225,20 @@ def read_patch(path: Path) -> PatchFile:
         inserted,
         deleted,
         tuple(int(g or 0) for g in stat.groups()) if stat else None,  # type: ignore[arg-type]
+        tuple(sorted(blobs.items())),
+        tuple(sorted(lines.items())),
     )
+
+
+def head_blobs(patches: list[PatchFile]) -> dict[str, str | None]:
+    """The blob of every file the series changes at the series head, from
+    its patch files in order (the last patch that touches a file has the
+    last word; None: deleted), without applying them. A file renamed
+    without a change has no `index` line, and so no blob here."""
+    out: dict[str, str | None] = {}
+    for patch in patches:
+        out.update(patch.blobs)
+    return out
 
 
 def patch_problem(patch: PatchFile) -> str | None:
