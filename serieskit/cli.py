@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import results, status
+from serieskit import files, results, status
 from serieskit.build import build, overlay, recipe, wheel
 from serieskit.checks import docs, figures, lint, runner
 from serieskit.errors import ToolkitError
@@ -379,9 +379,25 @@ def run(argv: list[str], root: Path = ROOT) -> int:
     except SystemExit as e:  # --help: argparse exits, which would end nox itself
         return int(e.code or 0) if isinstance(e.code, int | None) else 1
     except ToolkitError as e:
-        first, *rest = str(e).splitlines() or ["unknown error"]
-        print(f"error: {first}", file=sys.stderr)
-        for line in rest:
-            print(line if line.startswith("  ") else f"  {line}", file=sys.stderr)
-        return 1
+        return _error(str(e))
+    except OSError as e:  # the filesystem's: a full disk, a read-only folder, ...
+        return _error(files.describe(e))
+    except KeyboardInterrupt:
+        return _error(INTERRUPTED, 130)
     return 0
+
+
+# What Ctrl-C prints: every command takes up again where it was stopped.
+INTERRUPTED = (
+    "interrupted: run the same command again to go on (a stopped rebase or "
+    "carry: its --continue or --abort); `nox -s status` shows where the work tree is"
+)
+
+
+def _error(text: str, rc: int = 1) -> int:
+    """``error: <first line>``, further lines indented, on stderr."""
+    first, *rest = text.splitlines() or ["unknown error"]
+    print(f"error: {first}", file=sys.stderr)
+    for line in rest:
+        print(line if line.startswith("  ") else f"  {line}", file=sys.stderr)
+    return rc

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git
 from serieskit.state import WORK, State
 
 SCHEMA = "vllm-series-results/1"
@@ -309,7 +309,7 @@ def write(path: Path, doc: dict) -> None:
     if problems:
         raise ValueError(f"{path}: not a {SCHEMA} document: " + "; ".join(problems))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    files.write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def validate(data: object) -> list[str]:

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import results
+from serieskit import files, results
 from serieskit.build import recipe
 from serieskit.build.wheel_release import pack_release
 from serieskit.errors import ToolkitError, failed
@@ -41,11 +42,17 @@ from serieskit.state import State
 def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
     """Copy the patched ``vllm/`` package (and the built module) to ``out``."""
     dest = out / "vllm"
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(tree / "vllm", dest, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    # Made beside it, then swapped in: a kill never leaves half an overlay there.
+    files.clear_leftovers(out)
+    new = out / f".vllm.new.serieskit-{os.getpid()}.tmp"
+    old = out / f".vllm.old.serieskit-{os.getpid()}.tmp"
+    shutil.copytree(tree / "vllm", new, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     if module is not None and module.exists():
-        shutil.copy2(module, dest / module.name)
+        shutil.copy2(module, new / module.name)
+    if dest.exists():
+        dest.rename(old)
+    new.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
     log(
         f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
         + (f", {module.name}" if module is not None and module.exists() else "")

@@ -36,7 +36,7 @@ from serieskit.pr.branches import (
     versions,
 )
 from serieskit.pr.groups import gitpython, head_blobs, order, read_groups, stacks
-from serieskit.series import series
+from serieskit.series import safety, series
 from serieskit.series.target import Target
 from serieskit.state import State
 
@@ -207,6 +207,31 @@ def rfc_lines(tree: Path, lower: str, head: str) -> int:
 # --- the session -------------------------------------------------------------
 
 
+def require_exported(t: Target) -> None:
+    """The pull requests are made of the series as its patch folder holds it:
+    refuse a work tree with work not written there (it would go on without
+    it), or made from patch files that changed since."""
+    tree, state = t.work, State.load(t)
+    work = safety.unsaved_work(tree, state, log=lambda *_: None)
+    if work:
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"pr: the work tree {tree} holds work not in {t.patches_label}/, which the "
+                    "pull requests would leave out:",
+                    *work.describe(tree),
+                    f"  `{t.cmd('export')}` writes commits there (commit your changes first), "
+                    f"or stash them (`git -C {tree} stash -u`)",
+                ]
+            )
+        )
+    if state.base and state.fingerprint != series.fingerprint(t, state.base):
+        raise ToolkitError(
+            f"pr: {t.patches_label}/ changed since the work tree was made from it: "
+            f"`{t.cmd('apply')}` makes it anew (keeping your work)"
+        )
+
+
 def session(
     root: Path,
     onto: str | None,
@@ -231,6 +256,8 @@ def session(
     identity(signoff)
     t = onto_target(root, onto)
     tree = series.applied_tree(t)
+    require_exported(t)
+    safety.clear_stale_locks(tree, "pr", log)
     groups = read_groups(root, manifest)
     if not groups:
         raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
