@@ -128,6 +128,12 @@ def docs(session: nox.Session) -> None:
     _toolkit(session, "docs")
 
 
+@nox.session(venv_backend="none")
+def figures(session: nox.Session) -> None:
+    """Rewrite the figures blocks of README.md and docs/ from results/ (-- --check, --record-ci)."""
+    _toolkit(session, "figures")
+
+
 @nox.session
 def pr(session: nox.Session) -> None:
     """Pull requests from the series: -- --signoff "Name <mail>" [--others DIR] [--check]."""
@@ -165,9 +171,9 @@ def test(session: nox.Session) -> None:
 @nox.session
 def ci(session: nox.Session) -> None:
     """What CI runs (.ci/run): the stages of ci/pipeline.toml, each timed against
-    its budget: the toolkit's own checks and tests, apply, export round-trip,
-    build, docs --check, lint, the series' CPU tests and upstream's tests of the
-    touched files against their recorded baseline."""
+    its budget: the toolkit's own checks and tests, the docs' figures, apply,
+    export round-trip, build, the wheel, docs --check, lint, the series' CPU tests
+    and upstream's tests of the touched files against their recorded baseline."""
     installs = {
         "ci": lambda: [
             TOOLKIT,

@@ -1,20 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """Is the copy-engine mode's per-call host rendezvous needed? A measurement.
 
-Before it enqueues a call, the copy-engine mode of the host all-reduce waits
-until the peer's host has reached the same call (a word per rank in the
-shared segment). The slots do not depend on it: stream order and the
-per-piece flags order their reuse (tests/distributed/test_host_reduce.py::
-test_copy_engine_without_rendezvous checks the results without it). What it
-buys is a bounded wait: a peer that died or took another path makes the call
-raise after timeout_s instead of leaving a cuStreamWaitValue32 waiting
-forever. What it may cost is host time: each call holds the faster host
-until the slower one arrives, so the work it would enqueue next (the other
-half's GEMMs in the TP prefill overlap) starts later.
+With kernel_config.host_reduce.copy_engine_host_rendezvous, the copy-engine
+mode of the host all-reduce waits, before it enqueues a call, until the
+peer's host has reached the same call (a word per rank in the shared
+segment). It is off by default. The slots do not depend on it: stream order
+and the per-piece flags order their reuse (tests/distributed/
+test_host_reduce.py::test_copy_engine_without_rendezvous checks the results
+with and without it), and a dead peer no longer depends on it either: a
+watchdog thread ends the GPU-side waits after timeout_s
+(test_copy_engine_gpu_waits_time_out). What it costs is host time: each call
+holds the faster host until the slower one arrives, so the work it would
+enqueue next (the other half's GEMMs in the TP prefill overlap) starts later.
 
 On two GPUs with NCCL_P2P_DISABLE=1, this compares the same channel with the
-rendezvous on (as vLLM runs it) and off (host_reduce_open(...,
-host_rendezvous=False), for this measurement only), per payload size:
+rendezvous on and off (the default), per payload size:
 
 - back to back: GPU time per call (events) and host time per call;
 - skewed hosts: rank 1 busy-waits `--skew-us` on the host before each call,
@@ -23,10 +23,8 @@ host_rendezvous=False), for this measurement only), per payload size:
   and a GEMM on its main stream (the overlap's pattern), rank 1 the same
   after its skew; time per step on rank 0.
 
-Results bit-identical to NCCL are checked for both channels first. If the
-rendezvous costs nothing measurable in these cases, it stays (it is what
-turns a missing peer into an error); if it costs, the numbers say how much a
-GPU-side timeout would have to buy back.
+Results bit-identical to NCCL are checked for both channels first. The
+numbers say what the rendezvous costs where it is turned on.
 
     NCCL_P2P_DISABLE=1 PYTHONPATH=<patched tree with vllm/_sm7x_C*.so> \\
         python3 bench/host_reduce_rendezvous.py --out results/rendezvous_h200x2.json
@@ -40,7 +38,6 @@ import socket
 import statistics
 import subprocess
 import time
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -64,29 +61,21 @@ def _spin_us(us: float) -> None:
 
 
 def _channels(rank: int, cpu_group):
-    from vllm import _sm7x_ops
+    from vllm.config.kernel import HostReduceConfig
     from vllm.distributed.device_communicators.host_all_reduce import HostAllReduce
 
-    class NoRendezvous(HostAllReduce):
-        def _open_native(self, path: str) -> int:
-            with torch.accelerator.device_index(self.device.index):
-                return int(
-                    _sm7x_ops.op("host_reduce_open")(
-                        path,
-                        self.rank,
-                        self.max_bytes,
-                        self._copy_engine_bytes(),
-                        self.timeout_s,
-                        False,
-                    )
-                )
+    def config(rendezvous: bool) -> HostReduceConfig:
+        return HostReduceConfig(
+            enabled=True,
+            max_bytes=MAX_BYTES,
+            copy_engine_max_bytes=CE_MAX,
+            timeout_s=60.0,
+            copy_engine_host_rendezvous=rendezvous,
+        )
 
-    config = SimpleNamespace(
-        enabled=True, max_bytes=MAX_BYTES, copy_engine_max_bytes=CE_MAX, timeout_s=60.0
-    )
     channels = {
-        "rendezvous": HostAllReduce(cpu_group, rank, config),
-        "no_rendezvous": NoRendezvous(cpu_group, rank, config),
+        "rendezvous": HostAllReduce(cpu_group, rank, config(True)),
+        "no_rendezvous": HostAllReduce(cpu_group, rank, config(False)),
     }
     for name, hr in channels.items():
         assert not hr.disabled, (name, hr.disabled_reason)

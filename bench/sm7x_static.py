@@ -18,7 +18,6 @@ LDL, which is where spills go). This is compile output, not a measurement.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import re
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
+from serieskit.build import build  # noqa: E402
 
 # SASS opcode prefixes counted per kernel, and what they are.
 OPCODES = {
@@ -43,37 +43,32 @@ OPCODES = {
     "LDL": "local load (spill)",
     "STL": "local store (spill)",
 }
-_FUNCTION = re.compile(r"^\s*Function : (\S+)")
-_ARCH = re.compile(r"^\s*code for (sm_\d+)")
-_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+_ARCH = re.compile(r"code for (sm_\d+)")
 
 
-def census(sass: str) -> dict[tuple[str, str], dict[str, int]]:
-    """(arch, function) -> counts of OPCODES and of all instructions."""
-    out: dict[tuple[str, str], collections.Counter] = {}
-    arch, current = "?", None
-    for line in sass.splitlines():
-        if m := _ARCH.match(line):
-            arch = m.group(1)
-        elif m := _FUNCTION.match(line):
-            current = out.setdefault((arch, m.group(1)), collections.Counter())
-        elif current is not None and (m := _INSTRUCTION.match(line)):
-            op = m.group(1)
-            current["instructions"] += 1
-            for prefix in OPCODES:
-                if op == prefix or op.startswith(prefix + "."):
-                    current[prefix] += 1
-    names = (*OPCODES, "instructions")
-    return {k: {name: v.get(name, 0) for name in names} for k, v in out.items()}
+def census(dumps: list[str]) -> dict[tuple[str, str], dict[str, int]]:
+    """(arch, function) -> counts of OPCODES and of all instructions, from
+    ``cuobjdump -sass`` dumps of single-architecture objects."""
+    out = {}
+    for text in dumps:
+        arch = m.group(1) if (m := _ARCH.search(text)) else "?"
+        for function, ops in build.sass_opcodes(text).items():
+            row = dict.fromkeys((*OPCODES, "instructions"), 0)
+            for op, n in ops.items():
+                row["instructions"] += n
+                if (prefix := op.split(".")[0]) in OPCODES:
+                    row[prefix] += n
+            out[(arch, function)] = row
+    return out
 
 
-def dump_sass(build: Path, tool: str) -> str:
+def dump_sass(build_dir: Path, tool: str) -> list[str]:
     texts = []
-    for f in sorted([*build.glob("*.o"), *build.glob("*.cubin")]):
+    for f in sorted([*build_dir.glob("*.o"), *build_dir.glob("*.cubin")]):
         proc = subprocess.run([tool, "-sass", str(f)], capture_output=True, text=True)
         if proc.returncode == 0:
             texts.append(proc.stdout)
-    return "\n".join(texts)
+    return texts
 
 
 def rows(report: dict, counts: dict) -> list[dict]:
@@ -123,13 +118,13 @@ def main() -> int:
     a = ap.parse_args()
     report = json.loads((a.build / "report.json").read_text())
     if a.sass:
-        text = "\n".join(p.read_text() for p in a.sass)
+        dumps = [p.read_text() for p in a.sass]
     elif a.cuobjdump:
-        text = dump_sass(a.build, a.cuobjdump)
+        dumps = dump_sass(a.build, a.cuobjdump)
     else:
         print("error: no cuobjdump on PATH: give --cuobjdump or --sass", file=sys.stderr)
         return 1
-    table = rows(report, census(text))
+    table = rows(report, census(dumps))
     body = {
         "what": "static sm_75 / sm_70 evidence of the series' CUDA kernels "
         "(ptxas -v and a SASS census); compile output, not a measurement",

@@ -12,16 +12,21 @@ rest are skipped:
    dist-info (serve.sh unpacks part2/release.tar.xz), vllm._sm7x_C linked
    here for sm_75 with compute_75 PTX (the H200 runs it through the PTX);
 2. ``pip install --no-index --no-deps --target`` into a fresh folder;
-3. from that folder alone (its requirements from the image and stage2's
+3. what ``vllm serve`` imports at startup, from that folder and the image
+   (``gpu/check_pack_imports.py probe``: the API server's modules, ``vllm
+   --version``, vLLM's requirements walked through what is installed, the
+   versions outside a requirement listed; written to serve_imports.json);
+   recorded, the run goes on when it fails;
+4. from that folder alone (its requirements from the image and stage2's
    wheels): the package's place and version, ``vllm --version``, and
    _sm7x_C loaded with a kernel image for this GPU (its probes);
-4. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
+5. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
    written here, nothing downloaded);
-5. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
+6. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
    minus TP=2 and the TP prefill overlap, which needs TP >= 2;
-6. requests through the ``openai`` package (completions, greedy, token ids as
+7. requests through the ``openai`` package (completions, greedy, token ids as
    the prompt: the checkpoint has no tokenizer) and ``curl`` (/version);
-7. the server log's lines that show which of the series' routes were taken.
+8. the server log's lines that show which of the series' routes were taken.
 
 The results file (kind e2e) takes its ``series`` block from the installed
 wheel's vllm/_series.json. On one H200 at TP=1 none of the series' routes is
@@ -33,6 +38,7 @@ shows the wheel installing, loading its extension and serving.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -227,7 +233,23 @@ def main() -> int:
 
         step("pip install --no-index --no-deps --target", install)
 
-        # 3. the installed package, from the target alone
+        # 3. the serve path's imports and vLLM's requirements, as installed
+        def imports() -> None:
+            dest = out_dir / "serve_imports.json"
+            probe = [sys.executable, str(ROOT / "gpu" / "check_pack_imports.py"), "probe"]
+            proc = subprocess.run(
+                [*probe, "--json", str(dest)], capture_output=True, text=True, env=env, cwd="/"
+            )
+            print(proc.stdout, end="", flush=True)
+            body["imports"] = json.loads(dest.read_text()) if dest.is_file() else None
+            if proc.returncode != 0:
+                raise Failed(f"gpu/check_pack_imports.py probe failed:\n{proc.stdout[-3000:]}")
+
+        # recorded; the install may serve all the same
+        with contextlib.suppress(Failed):
+            step("the serve path's imports (gpu/check_pack_imports.py probe)", imports)
+
+        # 4. the installed package, from the target alone
         def check() -> dict:
             printed = run(
                 [
@@ -265,14 +287,14 @@ def main() -> int:
             "import vllm, vllm --version, _sm7x_C probes from the target", check
         )
 
-        # 4. the checkpoint
+        # 5. the checkpoint
         model = models.folder(MODEL_NAME, 2)
         body["weights"] = step(
             "write the small checkpoint (e2e/models.py)",
             lambda: models.write_weights(models.write(MODEL_NAME, 2), device="cuda"),
         )
 
-        # 5. vllm serve: the Turing pair's command line minus TP=2 and the overlap
+        # 6. vllm serve: the Turing pair's command line minus TP=2 and the overlap
         cmd = [
             str(target / "bin" / "vllm"),
             "serve",
@@ -321,7 +343,7 @@ def main() -> int:
         )
         step("vllm serve: up (/health answers)", lambda: wait_ready(server, a.port, a.boot_limit))
 
-        # 6. a real client
+        # 7. a real client
         def ask() -> dict:
             from openai import OpenAI
 
@@ -361,11 +383,11 @@ def main() -> int:
         if log_file is not None:
             log_file.close()
             body["routes"] = routes((out_dir / "serve.log").read_text(errors="replace"))
-        body["ok"] = bool(steps) and all(s["ok"] for s in steps) and len(steps) == 7
+        body["ok"] = bool(steps) and all(s["ok"] for s in steps) and len(steps) == 8
         seconds = {s["step"]: s["seconds"] for s in steps if s["ok"]}
         figures = {
             "steps_passed": results.figure(
-                sum(s["ok"] for s in steps), "steps", "serve steps that passed (of 7)", "steps[ok]"
+                sum(s["ok"] for s in steps), "steps", "serve steps that passed (of 8)", "steps[ok]"
             ),
         }
         for key, name, label in (

@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# GPU machine, run 1 of 2: keep the compiled core module of the vLLM wheel
-# (part1, made here by `nox -s overlay -- --gpu`) in /tmp for run 2. A module
-# larger than one run takes comes in pieces (part1, part1-2, ...): one run
-# each, part1 first (it clears what an earlier release left).
+# GPU machine, the runs before gpu/stage2.sh: keep in /tmp/keep what one run
+# cannot carry beside part2 (made here by `nox -s overlay -- --gpu`): the
+# released wheel's compiled core module (part1, in pieces where larger than a
+# run takes: part1, part1-2, ...) and the wheels the image lacks (wheels, and
+# wheels-2, ... where they need more than one run). One run each, part1
+# first (it clears what an earlier release left), each within 30 s of the
+# last (the machine is kept that long).
+# KEEP moves /tmp/keep (gpu/check_pack_imports.py does, here).
+#   bash gpu/stage1.sh .dev/gpu/part1
 set -euo pipefail
-part1=${1:-.dev/gpu/part1}
-mkdir -p /tmp/keep
-if [ "$(basename "$part1")" = part1 ]; then rm -f /tmp/keep/*; fi
-cp "$part1"/*.xz* /tmp/keep/
-ls -la /tmp/keep
+part=${1:-.dev/gpu/part1}
+keep=${KEEP:-/tmp/keep}
+mkdir -p "$keep"
+if [ "$(basename "$part")" = part1 ]; then rm -rf "${keep:?}"/*; fi
+if [ -d "$part/whl" ]; then
+  mkdir -p "$keep/whl"
+  cp "$part"/whl/*.whl "$keep/whl/"
+  echo "stage1: $(find "$keep/whl" -name '*.whl' | wc -l) wheels in $keep/whl"
+else
+  cp "$part"/*.xz* "$keep/"
+fi
+ls -la "$keep"

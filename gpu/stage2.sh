@@ -1,21 +1,16 @@
 #!/usr/bin/env bash
-# GPU machine, run 2 of 2 (within 30 s of run 1): assemble the packed vLLM
-# release (part2/VERSION, written from pin.toml) with the series' overlay
-# under /tmp/vllm-run, build the series' native module with compute_75 PTX (BUILD=0 skips it), run the series' test files (those in $TESTS,
-# space-separated, when set; none for none; SELECT is pytest's -k; COVERAGE=1
-# runs them under coverage.py), then
-# whatever "$@" names (e.g. the A/B harness). Results go to $OUT.
+# GPU machine, the run after gpu/stage1.sh's (within 30 s of the last):
+# assemble the packed vLLM release (part2/VERSION, written from pin.toml)
+# with the series' overlay under /tmp/vllm-run (gpu/assemble.sh; the core
+# module and the wheels come from /tmp/keep), build the series' native
+# module with compute_75 PTX (BUILD=0 skips it), run the series' test files
+# (those in $TESTS, space-separated, when set; none for none; SELECT is
+# pytest's -k; COVERAGE=1 runs them under coverage.py), then whatever "$@"
+# names (e.g. the A/B harness). Results go to $OUT.
 set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}
 root=/tmp/vllm-run
-version=$(cat "$part2/VERSION")
-rm -rf "$root"; mkdir -p "$root/src" "$root/site/vllm-$version.dist-info"
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/site" "$part2"/whl/*.whl
-# vLLM reads its own version from its package metadata.
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$root/site/vllm-$version.dist-info/METADATA"
-tar xzf "$part2/overlay.tgz" -C "$root/src"
-cat /tmp/keep/_C_stable_libtorch.abi3.so.xz* | xz -dc > "$root/src/vllm/_C_stable_libtorch.abi3.so"
-xz -dc "$part2/fa.tar.xz" | tar xf - -C "$root/src"
+bash gpu/assemble.sh "$root" "$part2" /tmp/keep
 export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 if [ "${BUILD:-1}" != 0 ] && [ -d "$root/src/csrc/sm7x" ]; then

@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from serieskit import results, status
+from serieskit import files, results, status
 from serieskit.build import build, overlay, recipe, wheel
-from serieskit.checks import docs, lint, runner, upstream_tests
+from serieskit.checks import docs, figures, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
@@ -136,6 +136,10 @@ def cmd_docs(args: argparse.Namespace, t: Target) -> None:
     docs.session(t, check_only=args.check)
 
 
+def cmd_figures(args: argparse.Namespace, t: Target) -> None:
+    figures.session(t.root, check_only=args.check, record=args.record_ci)
+
+
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:
     lint.session(t)
 
@@ -167,6 +171,8 @@ def cmd_pr(args: argparse.Namespace, t: Target) -> None:
         push=args.push,
         remote=args.remote,
         gh=args.gh,
+        upstream=args.upstream,
+        upstream_ref=args.upstream_ref,
     )
 
 
@@ -316,6 +322,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree", port=True)
     d.add_argument("--check", action="store_true", help="fail with a diff when stale")
+    fg = command("figures", cmd_figures, "rewrite the figures blocks of README.md and docs/")
+    fg.add_argument("--check", action="store_true", help="fail with a diff when a block is stale")
+    fg.add_argument(
+        "--record-ci",
+        action="store_true",
+        help="first copy the last complete CI run's stage durations to results/ci_timings.json",
+    )
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
     ov = command(
         "overlay", cmd_overlay, "overlays/vllm-VERSION: the patched Python tree", port=True
@@ -365,6 +378,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--gh", action="store_true", help="with --push: gh pr create --draft --body-file for each"
     )
+    pr.add_argument(
+        "--upstream",
+        metavar="SRC",
+        help="a clone, mirror or URL of vllm-project/vllm: say whether each branch applies "
+        "on its main (git am -3 in a scratch worktree)",
+    )
+    pr.add_argument(
+        "--upstream-ref", default="HEAD", help="the ref of --upstream to check (default: HEAD)"
+    )
     return p
 
 
@@ -387,9 +409,25 @@ def run(argv: list[str], root: Path = ROOT) -> int:
     except SystemExit as e:  # --help: argparse exits, which would end nox itself
         return int(e.code or 0) if isinstance(e.code, int | None) else 1
     except ToolkitError as e:
-        first, *rest = str(e).splitlines() or ["unknown error"]
-        print(f"error: {first}", file=sys.stderr)
-        for line in rest:
-            print(line if line.startswith("  ") else f"  {line}", file=sys.stderr)
-        return 1
+        return _error(str(e))
+    except OSError as e:  # the filesystem's: a full disk, a read-only folder, ...
+        return _error(files.describe(e))
+    except KeyboardInterrupt:
+        return _error(INTERRUPTED, 130)
     return 0
+
+
+# What Ctrl-C prints: every command takes up again where it was stopped.
+INTERRUPTED = (
+    "interrupted: run the same command again to go on (a stopped rebase or "
+    "carry: its --continue or --abort); `nox -s status` shows where the work tree is"
+)
+
+
+def _error(text: str, rc: int = 1) -> int:
+    """``error: <first line>``, further lines indented, on stderr."""
+    first, *rest = text.splitlines() or ["unknown error"]
+    print(f"error: {first}", file=sys.stderr)
+    for line in rest:
+        print(line if line.startswith("  ") else f"  {line}", file=sys.stderr)
+    return rc

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-from serieskit.errors import ToolkitError, failed
+from serieskit import killpoint
+from serieskit.errors import ToolkitError, failed, last_line
 
 # The fixed identity of every commit the toolkit makes: the same series gives
 # the same commit ids on every machine, whatever the user's git identity.
@@ -120,17 +123,33 @@ def run(
     isolated: bool = True,
 ) -> subprocess.CompletedProcess:
     """Run git; the caller reads the return code (see :func:`git`)."""
-    return subprocess.run(
+    command = subcommand(args)
+    killpoint.reach(f"git-{command}")
+    dies = killpoint.in_git(command)
+    proc = subprocess.run(
         _command(repo, args),
         input=input,
         env=git_env(env, isolated),
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
+        preexec_fn=dies,
     )
+    if dies:
+        killpoint.fire()
+    return proc
+
+
+def subcommand(args: tuple[str, ...] | list[str]) -> str:
+    """The git command of ``args`` (after any ``-c key=value``)."""
+    i = 0
+    while i < len(args) and args[i] == "-c":
+        i += 2
+    return args[i] if i < len(args) else ""
 
 
 def popen(repo: Path | None, *args: str) -> subprocess.Popen:
     """git with a pipe to its stdin (fast-import), stable settings as above."""
+    killpoint.reach(f"git-{subcommand(args)}")
     return subprocess.Popen(
         _command(repo, args), stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=git_env()
     )
@@ -215,3 +234,120 @@ def changed_files(repo: Path, commit: str) -> list[str]:
     """The paths ``commit`` touches against its parent (renames as both)."""
     out = git(repo, "diff-tree", "--no-commit-id", "--name-status", "-r", "-M", commit)
     return sorted({p for line in out.splitlines() for p in line.split("\t")[1:]})
+
+
+# --- what a killed git leaves ----------------------------------------------------
+
+# Lock files git takes in a repository (a killed git leaves them behind).
+_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock")
+
+
+def lock_files(repo: Path) -> list[Path]:
+    """The lock files in ``repo``'s git folder and those of its worktrees."""
+    root = gitdir(repo)
+    found = [root / name for name in _LOCKS if (root / name).exists()]
+    found += sorted((root / "refs").rglob("*.lock"))
+    for wt in sorted((root / "worktrees").glob("*")) if (root / "worktrees").is_dir() else []:
+        found += [wt / name for name in _LOCKS if (wt / name).exists()]
+    return found
+
+
+def processes_in(repo: Path) -> list[int] | None:
+    """The git processes running in ``repo`` (their working folder in it or in
+    one of its worktrees, or the repository on their command line); None
+    where the system does not tell (no /proc)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "cwd").exists():
+        return None
+    places = [repo.resolve(), *_worktree_paths(repo)]
+    named = [str(p).encode() for p in places]
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if not (entry / "comm").read_text().startswith("git"):
+                continue
+            cwd = Path(os.readlink(entry / "cwd"))
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        if any(cwd == p or p in cwd.parents for p in places) or any(n in cmdline for n in named):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _worktree_paths(repo: Path) -> list[Path]:
+    folder = gitdir(repo) / "worktrees"
+    paths = []
+    for link in folder.glob("*/gitdir") if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            paths.append(Path(link.read_text().strip()).parent.resolve())
+    return paths
+
+
+def drop_worktree(repo: Path, path: Path) -> bool:
+    """Remove the worktree ``path`` of ``repo`` and its registration, even one
+    a killed ``git worktree add`` left locked; True when there was one."""
+    listed = set(git(repo, "worktree", "list", "--porcelain", check=False).splitlines())
+    known = any(f"worktree {p}" in listed for p in {str(path), str(path.resolve())})
+    run(repo, "worktree", "unlock", str(path))
+    run(repo, "worktree", "remove", "--force", "--force", str(path))
+    run(repo, "worktree", "prune")
+    shutil.rmtree(path, ignore_errors=True)
+    return known
+
+
+def reason(proc: subprocess.CompletedProcess) -> str:
+    """Every ``error:`` / ``fatal:`` line git printed, else its last line: the
+    whole of its reason (its last line alone often hides it)."""
+    text = "\n".join((out or b"").decode(errors="replace") for out in (proc.stderr, proc.stdout))
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip().lower().startswith(("error:", "fatal:"))
+    ]
+    lines = [line.split(":", 1)[1].strip() for line in dict.fromkeys(lines)]
+    if lines:
+        return "; ".join(lines)
+    return last_line(proc.stderr) if proc.stderr else last_line(proc.stdout, "no output")
+
+
+# How many differing files are read to see whether a killed write cut them.
+_CUT_MAX = 64
+
+
+def paths_as_in(repo: Path, commit: str, paths: list[str]) -> set[str]:
+    """Those of ``paths`` whose file in the work tree is as in ``commit``
+    (absent where the commit has none), or the start of it (the one file a
+    kill cut as it was written): what a checkout of ``commit`` that was
+    killed half-way wrote, not anyone's edit."""
+    if not paths:
+        return set()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(repo, "read-tree", commit, env=env)
+        run(repo, "update-index", "-q", "--refresh", env=env)
+        differ = set(git(repo, "diff-files", "--name-only", "-z", env=env).split("\0"))
+        others = git(repo, "ls-files", "-o", "--exclude-standard", "-z", env=env).split("\0")
+    same = set(paths) - differ - set(others)
+    rest = [p for p in paths if p not in same and p in differ][:_CUT_MAX]
+    return same | {p for p in rest if _cut_from(repo, commit, p)}
+
+
+def _cut_from(repo: Path, commit: str, path: str) -> bool:
+    """The work tree's ``path`` is a strict prefix of its blob in ``commit``
+    (an empty file included): a write of it that a kill stopped."""
+    file = repo / path
+    if file.is_symlink() or not file.is_file():
+        return False
+    blob = run(repo, "cat-file", "blob", f"{commit}:{path}")
+    have = file.read_bytes()
+    return blob.returncode == 0 and len(have) < len(blob.stdout) and blob.stdout.startswith(have)
+
+
+def changed_paths(repo: Path) -> list[str]:
+    """Every path that differs from HEAD in the index or the work tree, and
+    every untracked file (renames as both paths)."""
+    out = git(repo, "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all")
+    return [entry[3:] for entry in out.split("\0") if len(entry) > 3]

@@ -2,6 +2,9 @@
 
 The schema is ``vllm-series-results/1`` (results/README.md); the writers are
 the GPU machine's (bench/, e2e/, gpu/run_tests.py) and the toolkit's (runner).
+Its readers (the pull requests' claims, the docs' figures) ask
+:func:`changed_since` which files changed since a run, from the blobs the
+run recorded (``series.files``): one rule for both.
 
 Only the standard library and the toolkit's modules that need no more
 (``errors``, ``git``, ``state``) at import time: the GPU machine runs the
@@ -17,13 +20,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git
 from serieskit.state import WORK, State
 
 SCHEMA = "vllm-series-results/1"
-KINDS = ("tests", "bench", "e2e", "static", "external")
+KINDS = ("tests", "bench", "e2e", "static", "external", "ci")
 HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")
@@ -236,6 +241,40 @@ def current_series(root: Path | None = None) -> dict:
     return unrecorded("no stamps on PYTHONPATH and no work tree")
 
 
+@dataclass(frozen=True)
+class Change:
+    """A file whose blob now is not the one a run recorded."""
+
+    path: str
+    then: str | None  # the run's blob; None: the series that ran did not change the file
+    now: str | None  # its blob now; None: no such file now
+
+    @property
+    def what(self) -> str:
+        if self.then is None:
+            return "was not changed by the series that ran"
+        return "was removed since" if self.now is None else "changed since the run"
+
+
+def changed_since(
+    recorded: Mapping[str, str], now: Mapping[str, Collection[str | None]]
+) -> list[Change]:
+    """The files of ``now`` whose blob the run did not record, by path.
+
+    ``recorded`` is a run's ``series.files`` (path -> blob of every file the
+    series changed, as run); ``now`` maps each file to ask about to the
+    blobs it may have now (a pull request's head and the series head; None
+    where the file does not exist there). A file that the run's series did
+    not change and that exists nowhere now is no change."""
+    out = []
+    for path, blobs in sorted(now.items()):
+        then = recorded.get(path)
+        if then in blobs:
+            continue
+        out.append(Change(path, then, sorted(b or "" for b in blobs)[-1] or None))
+    return out
+
+
 # --- the document ----------------------------------------------------------------
 
 
@@ -270,7 +309,7 @@ def write(path: Path, doc: dict) -> None:
     if problems:
         raise ValueError(f"{path}: not a {SCHEMA} document: " + "; ".join(problems))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    files.write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def validate(data: object) -> list[str]:

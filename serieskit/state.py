@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serieskit import files
 from serieskit.errors import ToolkitError
 
 WORK = ".work"
@@ -31,6 +32,10 @@ class RebaseState:
     resolved: list[str] = field(default_factory=list)  # subjects resolved by hand
     done: bool = False  # finished; kept until the pin moves or apply goes back
     kind: str = "rebase"  # or "carry": changes of the pin's series carried to a port
+    # True while its git rebase runs (set before, cleared when it returns): a
+    # rebase found stopped with this set was killed inside a step, not stopped
+    # at a conflict.
+    running: bool = False
     # For a carry: what to record in the port's carried.toml once it finishes.
     carried: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -65,6 +70,11 @@ class State:
     # goes on only while those files are unchanged.
     sources: list[list[str]] = field(default_factory=list)
     rebase: RebaseState | None = None  # a rebase stopped, or finished off the pin
+    # While export writes the patch folder: the commit it writes, and the
+    # fingerprint the folder has once every file is written. Left set by a
+    # killed export: the next session finishes its record, or export redoes it.
+    exporting: str | None = None
+    export_fingerprint: str | None = None
 
     @classmethod
     def path(cls, where: Any) -> Path:
@@ -95,9 +105,7 @@ class State:
     def save(self, where: Any) -> None:
         path = self.path(where)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
+        files.write(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @property
     def complete(self) -> bool:
@@ -112,3 +120,8 @@ class State:
     @property
     def rebase_stopped(self) -> bool:
         return self.rebase is not None and not self.rebase.done
+
+    @property
+    def rebase_interrupted(self) -> bool:
+        """A rebase or carry killed inside a step (or before git began it)."""
+        return self.rebase is not None and not self.rebase.done and self.rebase.running

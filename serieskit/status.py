@@ -14,7 +14,7 @@ from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import carry_record, rebase
+from serieskit.upstream import carry_record, stops
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -63,8 +63,11 @@ def status(where: Path | Target, log=print) -> dict:
             else f"a rebase from vLLM {state.rebase.old_label} onto {state.rebase.target}"
         )
         log(f"work tree: {repo}, in {what} ({state.rebase.onto[:12]}), HEAD {(head or '?')[:12]}")
-        for line in rebase.conflict_lines(t):
-            log(line)
+        if state.rebase_interrupted:
+            log(f"  {series.stopped_message(t, state)}")
+        else:
+            for line in stops.conflict_lines(t):
+                log(line)
         _uncommitted(repo, info, log)
         return info
     on = (
@@ -106,6 +109,11 @@ def status(where: Path | Target, log=print) -> dict:
         )
     elif state.rebase and not on_pin:
         _rebased_lines(state, pin, log)
+    if state.exporting:
+        log(
+            f"  an export was interrupted as it wrote {t.patches_label}/: `{t.cmd('export')}` "
+            "writes it again"
+        )
     if by_hand and state.complete:
         log(
             f"  finished by hand after a stopped apply: {', '.join(by_hand)}; "

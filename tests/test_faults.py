@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import test_port
+from test_port import PORT, Edit, f0, pin_patches, write_series
 
 from conftest import BASE_FILES, add_release, commit_file
 from serieskit import cli
@@ -28,6 +30,7 @@ from serieskit.errors import ToolkitError
 from serieskit.series import base
 
 REPO = Path(__file__).resolve().parent.parent
+pinport = test_port.pinport  # the pin and a port to 0.0.2 (a fixture)
 USER = {
     "GIT_AUTHOR_NAME": "Ada",
     "GIT_AUTHOR_EMAIL": "ada@example.com",
@@ -506,10 +509,14 @@ def test_killed_apply_with_user_work_refuses_then_force_keeps_it(sk, root):
     assert patches(root) == before
 
 
-def test_stale_git_index_lock_is_named(sk, root):
-    """A git SIGKILLed while it wrote the index leaves .git/index.lock: the
-    error line names that file (the user must see whether a git still runs
-    there before removing it), nothing changes, and apply works once it is gone."""
+def test_a_lock_is_named_where_the_system_cannot_tell_who_holds_it(sk, root, monkeypatch):
+    """Without /proc the toolkit cannot tell a stale .git/index.lock from one
+    a running git holds: the error line names that file (the user must see
+    whether a git still runs there before removing it), nothing changes, and
+    apply works once it is gone."""
+    from serieskit import git as toolkit_git
+
+    monkeypatch.setattr(toolkit_git, "processes_in", lambda repo: None)
     repo = make_series(sk, root)
     head = rev(repo, "HEAD")
     path = root / "patches" / names(root)[2]
@@ -1393,3 +1400,545 @@ def test_two_backups_in_the_same_second_get_distinct_refs(sk, root, monkeypatch)
     assert refs_keeping(repo, first) and refs_keeping(repo, second)
     assert set(refs_keeping(repo, first)) != set(refs_keeping(repo, second))
     assert len(backup_refs(repo)) >= 2
+
+
+# =============================================================================
+# Nothing is lost, second round: each failure found by trying the toolkit under
+# kills at named steps (serieskit.killpoint), process-group kills, a full
+# file system and a read-only folder, first as a test.
+# =============================================================================
+
+KILLED_CLI = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from serieskit import cli
+sys.exit(cli.run({argv!r}, Path({root!r})))
+"""
+
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT}
+
+
+def wait_gone(pgid: int, timeout: float = 30) -> None:
+    """Until no process of the group ``pgid`` is left (a killed session's git
+    children end on their own time; the user reruns once they have)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {pgid} still runs")
+
+
+def killed(
+    root: Path,
+    *argv: str,
+    at: str,
+    sig: str = "KILL",
+    group: bool = False,
+    fsize: int | None = None,
+) -> Result:
+    """Run ``argv`` in a process of its own (its own process group) that
+    signals itself at the kill point ``at`` (serieskit.killpoint); assert that
+    it was stopped there, not finished."""
+    env = {**os.environ, "VLLM_SERIES_KILL_AT": at, "VLLM_SERIES_KILL_SIGNAL": sig}
+    if group:
+        env["VLLM_SERIES_KILL_GROUP"] = "1"
+    if fsize is not None:
+        env["VLLM_SERIES_KILL_FSIZE"] = str(fsize)
+    code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=list(argv))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wait_gone(proc.pid)
+    stopped = (-SIGNALS[sig], 130) if sig == "INT" else (-SIGNALS[sig],)
+    assert proc.returncode in stopped, (argv, at, proc.returncode, out, err)
+    return Result(proc.returncode, out, err)
+
+
+def stash_count(repo: Path) -> int:
+    return len(g(repo, "stash", "list").splitlines())
+
+
+def saved_anywhere(repo: Path, text: str, res: Result) -> bool:
+    """``text`` is in a stash or a backup ref that ``res`` names."""
+    named = [ref for ref in BACKUP_REF.findall(res.text) if ref in backup_refs(repo)]
+    for ref in named:
+        if text in g(repo, "grep", "-h", "-F", text, ref, check=False):
+            return True
+    if "stash" in res.text:
+        for entry in g(repo, "stash", "list", "--format=%gd").split():
+            for tree in (entry, f"{entry}^2", f"{entry}^3"):
+                if text in g(repo, "grep", "-h", "-F", text, tree, check=False):
+                    return True
+    return False
+
+
+# --- 17: --abort keeps every uncommitted change (issue 26, item 1) --------------
+
+
+def test_rebase_abort_keeps_an_unrelated_edit_and_a_staged_resolution(sk, root, cache):
+    repo = make_series(sk, root)
+    old_head, before = rev(repo, "HEAD"), patches(root)
+    add_release(cache, "0.0.2", TWO_CONFLICTS)
+    error_line(sk("rebase", "vllm==0.0.2"))
+    (repo / "vllm/utils.py").write_text(RESOLVED)
+    g(repo, "add", "vllm/utils.py")  # the resolution, staged, not continued
+    (repo / "setup.py").write_text("print('my unrelated edit')\n")
+    (repo / "notes.txt").write_text("my notes\n")
+    res = ok(sk("rebase", "--abort"))
+    assert rev(repo, "HEAD") == old_head and g(repo, "status", "--porcelain") == ""
+    for text in ("return 100  # resolved by hand", "my unrelated edit", "my notes"):
+        assert saved_anywhere(repo, text, res), (text, res.text)
+    assert patches(root) == before
+
+
+def test_rebase_abort_keeps_a_resolution_over_unresolved_conflicts(sk, root, cache):
+    """Half-way: one file resolved in the work tree, the conflict not yet
+    marked resolved (git stash refuses such an index)."""
+    repo = make_series(sk, root)
+    old_head = rev(repo, "HEAD")
+    add_release(cache, "0.0.2", TWO_CONFLICTS)
+    error_line(sk("rebase", "vllm==0.0.2"))
+    (repo / "vllm/utils.py").write_text(RESOLVED)  # not added: still unmerged
+    res = ok(sk("rebase", "--abort"))
+    assert rev(repo, "HEAD") == old_head and g(repo, "status", "--porcelain") == ""
+    assert saved_anywhere(repo, "return 100  # resolved by hand", res), res.text
+
+
+# The pin also changes f1's line, which the port's release changed too: a conflict.
+CARRY_CONFLICT = Edit(
+    vllm__utils_DOT_py=lambda t: t.replace("return 0\n", "return 100\n").replace(
+        "return 1\n", "return 11\n"
+    )
+)
+
+
+def test_carry_abort_keeps_uncommitted_work(capsys, pinport):
+    pin, port = pinport
+    repo = port.work
+    head = rev(repo, "HEAD")
+    write_series(pin, pin_patches(CARRY_CONFLICT))
+    call = cli_caller(capsys, pin.root)
+    error_line(call("carry", PORT), "conflict")
+    (repo / "setup.py").write_text("print('my unrelated edit')\n")
+    res = ok(call("carry", PORT, "--abort"))
+    assert rev(repo, "HEAD") == head and g(repo, "status", "--porcelain") == ""
+    assert saved_anywhere(repo, "my unrelated edit", res), res.text
+
+
+# --- 18: a killed command is recovered by running it again (issue 26, item 2) ----
+
+
+def test_a_stale_lock_of_a_killed_git_is_cleared_with_a_line(sk, root):
+    """Ctrl-C during apply left .git/HEAD.lock (its git killed before it
+    cleaned up): no git runs there, so the lock is stale; the rerun says so,
+    removes it, and applies."""
+    repo = make_series(sk, root)
+    path = root / "patches" / names(root)[2]
+    path.write_text(path.read_text().replace("Why: because", "Why: since"))
+    for lock in ("HEAD.lock", "index.lock", "refs/heads/series.lock"):
+        (repo / ".git" / lock).write_text("")
+    res = ok(sk("apply"))
+    for lock in ("HEAD.lock", "index.lock", "series.lock"):
+        assert lock in res.out, res.out
+    assert "stale" in res.out.lower() or "removed" in res.out.lower(), res.out
+    assert "Why: since" in g(repo, "log", "-1", "--format=%B")
+
+
+def test_a_lock_of_a_running_git_is_left_alone(sk, root):
+    repo = make_series(sk, root)
+    head = rev(repo, "HEAD")
+    (repo / ".git" / "index.lock").write_text("")
+    holder = subprocess.Popen(
+        ["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        line = error_line(sk("apply", "--force"), "index.lock")
+        assert str(holder.pid) in line, line
+        assert (repo / ".git" / "index.lock").exists() and rev(repo, "HEAD") == head
+    finally:
+        holder.communicate(b"", timeout=30)
+    ok(sk("apply"))
+    assert not (repo / ".git" / "index.lock").exists()
+
+
+def test_apply_interrupted_by_ctrl_c_says_so_and_the_rerun_applies(sk, root):
+    make_series(sk, root)
+    good = fresh_apply(sk, root)
+    shutil.rmtree(root / ".work")
+    res = killed(root, "apply", at="git-am#2", sig="INT")
+    assert "Traceback" not in res.text, res.text
+    assert res.rc == 130 and res.err.startswith("error: interrupted"), res.err
+    ok(sk("apply"))
+    assert rev(work(root), "HEAD") == good
+
+
+@pytest.mark.parametrize("how", ["before its checkout", "inside its checkout"])
+@pytest.mark.parametrize("rerun", [["apply"], ["apply", "--force"]])
+def test_a_killed_first_checkout_of_the_base_is_redone(sk, root, how, rerun):
+    """Killed as apply first checks out a fresh base: HEAD unborn, and
+    (inside git) index.lock left and the tree half written."""
+    make_series(sk, root)
+    good = fresh_apply(sk, root)
+    shutil.rmtree(root / ".work")
+    if how == "before its checkout":
+        killed(root, "apply", at="git-checkout")
+    else:
+        killed(root, "apply", at="in-git-checkout", fsize=80)
+    assert not g(work(root), "rev-parse", "--verify", "-q", "HEAD", check=False)
+    res = ok(sk(*rerun))
+    assert rev(work(root), "HEAD") == good, res.text
+    assert g(work(root), "status", "--porcelain") == ""
+    assert "matches patches/" in ok(sk("status")).out
+
+
+def amend_all(repo: Path, why: str) -> None:
+    """The user rewrites every commit message of the series (export rewrites
+    every patch file)."""
+    g(
+        repo,
+        "rebase",
+        "-q",
+        "--exec",
+        f"git commit -q --amend -m \"$(git log -1 --format=%s)\" -m '{why}'",
+        "refs/series/base/0.0.1",
+    )
+
+
+@pytest.mark.parametrize("at", ["export.written", "write#2"])
+def test_an_export_killed_while_it_writes_is_finished_by_running_it_again(sk, root, at):
+    """Killed after writing every patch file but before noting it
+    (export.written), or between two files (write#2): the rerun finishes
+    the export, and apply then finds the series in its patch files."""
+    repo = make_series(sk, root)
+    before = patches(root)
+    amend_all(repo, "Why: said again.")
+    head = rev(repo, "HEAD")
+    killed(root, "export", at=at)
+    if at != "export.written":  # some files written, not all
+        said = ok(sk("status")).out
+        assert "export was interrupted" in said and "nox -s export" in said, said
+        error_line(sk("apply"), "export was interrupted", "nox -s export")
+    res = ok(sk("export"))
+    assert all(b"Why: said again." in patches(root)[n] for n in names(root)), res.text
+    kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
+    assert all(before[n] in kept for n in names(root))
+    assert not [p for p in (root / "patches").iterdir() if p.name.startswith(".")]
+    res = ok(sk("apply"))
+    assert "up to date" in res.out, res.out
+    assert rev(repo, "HEAD") == head
+
+
+def test_a_half_written_patch_file_never_replaces_a_good_one(sk, root):
+    repo = make_series(sk, root)
+    amend_all(repo, "Why: said again.")
+    killed(root, "export", at="write")  # the first file written aside, not renamed
+    now = patches(root)
+    for name in names(root):
+        assert now[name].endswith(b"\n") and b"Why: because" in now[name], name
+    ok(sk("export"))
+    assert not [p for p in (root / "patches").iterdir() if p.name.startswith(".")]
+
+
+# The series of the kill tests inside a rebase step: patch 2 also adds a file
+# larger than the kill's file-size limit, so that git dies while writing it.
+BIG = "".join(f"# {i:05d} {'abcdefghij' * 6}\n" for i in range(400))
+BIG_LIMIT = 8192
+
+
+def make_big_series(sk, root: Path) -> Path:
+    ok(sk("apply"))
+    repo = work(root)
+    commit_files(repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW)}, SUBJECTS[0])
+    commit_files(
+        repo,
+        {
+            "vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 10"),
+            "vllm/new.py": "NEW = 1\n",
+            "vllm/big.py": BIG,
+        },
+        SUBJECTS[1],
+    )
+    commit_files(
+        repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW).replace(F10, F10_NEW)}, SUBJECTS[2]
+    )
+    ok(sk("export"))
+    return repo
+
+
+def test_a_rebase_killed_inside_a_step_is_undone_by_abort(sk, root, cache):
+    """git dies writing patch 2's big file (a lock and a half-written file
+    left), the toolkit with it: --continue says the rebase was interrupted,
+    not that it stopped at a conflict; --abort goes back and keeps what it
+    found in the work tree; apply and a new rebase then work."""
+    repo = make_big_series(sk, root)
+    head, before = rev(repo, "HEAD"), patches(root)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    killed(root, "rebase", "vllm==0.0.2", at="in-git-rebase", fsize=BIG_LIMIT)
+    said = ok(sk("status")).out
+    assert "interrupted" in said and "rebase -- --abort" in said, said
+    res = sk("rebase", "--continue")
+    error_line(res, "interrupted", "--abort")
+    assert "stopped at a conflict" not in res.text, res.text
+    res = sk("apply")
+    error_line(res, "rebase -- --abort")
+    assert "stopped at a conflict" not in res.text, res.text
+    res = ok(sk("rebase", "--abort"))
+    assert rev(repo, "HEAD") == head and rev(repo, "series") == head
+    assert g(repo, "status", "--porcelain") == "", g(repo, "status", "--porcelain")
+    assert patches(root) == before
+    assert "up to date" in ok(sk("apply")).out
+    ok(sk("rebase", "vllm==0.0.2"))
+    assert series_head_subjects(repo, version="0.0.2") == SUBJECTS
+
+
+# A release whose files differ from the base in a big file: the rebase's
+# checkout of it dies half-way.
+BIG_RELEASE = {**NEAR_PATCH_2, "vllm/huge.py": BIG, "vllm/zz_last.py": "LAST = 1\n"}
+
+
+def test_a_release_rebase_killed_in_its_checkout_is_undone_by_abort(sk, root, cache):
+    repo = make_series(sk, root)
+    head, before = rev(repo, "HEAD"), patches(root)
+    add_release(cache, "0.0.2", BIG_RELEASE)
+    killed(root, "rebase", "vllm==0.0.2", at="in-git-rebase", fsize=BIG_LIMIT)
+    error_line(sk("rebase", "--continue"), "interrupted")
+    ok(sk("rebase", "--abort"))
+    assert rev(repo, "HEAD") == head and g(repo, "status", "--porcelain") == ""
+    assert not (repo / "vllm/huge.py").exists()
+    assert patches(root) == before
+    assert "up to date" in ok(sk("apply")).out
+
+
+def test_a_rebase_killed_before_git_started_goes_on_with_continue(sk, root, cache):
+    repo = make_series(sk, root)
+    head = rev(repo, "HEAD")
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    killed(root, "rebase", "vllm==0.0.2", at="git-rebase")
+    assert rev(repo, "HEAD") == head
+    res = sk("rebase", "--continue")
+    assert res.rc == 0 or "interrupted" in res.err, res.text
+    if res.rc:
+        ok(sk("rebase", "--abort"))
+        ok(sk("rebase", "vllm==0.0.2"))
+    assert series_head_subjects(repo, version="0.0.2") == SUBJECTS
+    assert rebase_done(root)
+
+
+def rebase_done(root: Path) -> bool:
+    data = json.loads((root / ".work" / "state.json").read_text())
+    return bool(data.get("rebase") and data["rebase"]["done"])
+
+
+def test_a_carry_killed_while_it_builds_the_pins_side_runs_again(capsys, pinport):
+    pin, port = pinport
+    write_series(pin, pin_patches(f0(101)))
+    killed(pin.root, "carry", PORT, at="git-am")  # in the pin's worktree
+    call = cli_caller(capsys, pin.root)
+    ok(call("carry", PORT))
+    ok(call("carry", PORT, "--check"))
+    assert len(g(port.work, "worktree", "list").splitlines()) == 1
+
+
+# --- 19: the file system's faults are one line (issue 26, item 3) ---------------
+
+
+def test_a_cache_that_is_a_file_is_one_line(sk, root, tmp_path, monkeypatch):
+    make_series(sk, root)
+    shutil.rmtree(root / ".work")
+    blocker = tmp_path / "cache-file"
+    blocker.write_text("not a folder\n")
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(blocker))
+    line = error_line(sk("apply"), str(blocker))
+    assert "folder" in line or "directory" in line, line
+
+
+def test_a_dangling_work_symlink_is_one_line(sk, root, tmp_path):
+    make_series(sk, root)
+    shutil.rmtree(root / ".work")
+    (root / ".work").symlink_to(tmp_path / "gone")
+    for argv in (["apply"], ["status"], ["export"]):
+        line = error_line(sk(*argv), ".work")
+        assert "link" in line, line
+
+
+def test_an_os_error_anywhere_is_one_line_with_its_path(sk, root, monkeypatch):
+    from serieskit.series import export
+
+    make_series(sk, root)
+
+    def denied(*a, **kw):
+        raise PermissionError(13, "Permission denied", str(root / "patches" / "series"))
+
+    monkeypatch.setattr(export, "export", denied)
+    error_line(sk("export"), str(root / "patches" / "series"), "permission")
+
+
+NAMESPACE = shutil.which("unshare")
+
+
+def in_namespace(root: Path, argv: list[str], mounts: str) -> Result:
+    """Run ``argv`` on ``root`` in a user and mount namespace of its own, after
+    the shell commands ``mounts`` (a read-only bind mount, a small tmpfs)."""
+    code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=argv)
+    script = f'{mounts} && exec "$0" -c "$1"'
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, sys.executable, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def namespace_or_skip(tmp_path: Path) -> None:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    ok_ = (
+        NAMESPACE
+        and subprocess.run(
+            ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=4k tmpfs {probe}"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    if not ok_:
+        pytest.skip("no user and mount namespaces here (unshare -rm): no tmpfs to fill")
+
+
+def test_a_read_only_patches_folder_is_one_line_and_nothing_changes(sk, root, tmp_path):
+    namespace_or_skip(tmp_path)
+    repo = make_series(sk, root)
+    amend_all(repo, "Why: said again.")
+    before = patches(root)
+    p = root / "patches"
+    res = in_namespace(root, ["export"], f"mount --bind {p} {p} && mount -o remount,ro,bind {p}")
+    error_line(res, str(p))
+    assert "read-only" in res.err, res.err
+    assert patches(root) == before
+    ok(sk("export"))
+
+
+def test_a_full_disk_leaves_no_half_written_patch(sk, root, tmp_path):
+    """patches/ on a full tmpfs, the user's change making the last patch
+    larger than the room left: what export leaves there is whole (the files
+    as they were), and the error names the folder."""
+    namespace_or_skip(tmp_path)
+    repo = make_series(sk, root)
+    before = patches(root)
+    big = UTILS.replace(F0, F0_NEW).replace(F10, F10_NEW) + BIG
+    commit_files(repo, {"vllm/utils.py": big}, "[Misc] A big one")
+    keep, after = tmp_path / "keep", tmp_path / "after"
+    shutil.copytree(root / "patches", keep)
+    p = root / "patches"
+    used = sum(-(-f.stat().st_size // 4096) for f in keep.iterdir()) + 1
+    mounts = f"mount -t tmpfs -o size={used * 4}k tmpfs {p} && cp -a {keep}/. {p}/"
+    code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=["export"])
+    script = f'{mounts} && "$0" -c "$1"; rc=$?; cp -a {p}/. {after}/; exit $rc'
+    after.mkdir()
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, sys.executable, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    res = Result(proc.returncode, proc.stdout, proc.stderr)
+    error_line(res, str(p))
+    assert "full" in res.err or "space" in res.err, res.err
+    left = {f.name: f.read_bytes() for f in after.iterdir() if f.is_file()}
+    assert left == before, sorted(set(left) ^ set(before))
+
+
+# --- 20: sessions refuse a half-made tree; pin checks first (issue 26, item 4) -----
+
+READERS = [
+    ["pr", "--signoff", "Ada <ada@example.com>"],
+    ["overlay"],
+    ["wheel", "--no-module"],
+    ["build"],
+    ["test", "--no-upstream"],
+    ["docs"],
+    ["docs", "--check"],
+    ["lint"],
+]
+
+
+@pytest.mark.parametrize("argv", READERS, ids=lambda a: " ".join(a[:2]))
+def test_sessions_refuse_a_stopped_rebase(sk, root, cache, argv):
+    make_series(sk, root)
+    stop_twice(sk, root, cache)
+    error_line(sk(*argv), "rebase -- --continue")
+
+
+@pytest.mark.parametrize("argv", READERS, ids=lambda a: " ".join(a[:2]))
+def test_sessions_refuse_a_partial_series(sk, root, argv):
+    make_series(sk, root)
+    name = break_context(root, 1)
+    error_line(sk("apply"), name)
+    res = sk(*argv)
+    error_line(res, "apply -- --continue")
+
+
+def test_sessions_refuse_a_killed_apply(sk, root):
+    make_series(sk, root)
+    shutil.rmtree(root / ".work")
+    killed_apply(root, at=2)
+    for argv in READERS:
+        error_line(sk(*argv), "nox -s apply")
+
+
+def test_pr_refuses_unexported_work(sk, root):
+    repo = make_series(sk, root)
+    (repo / "vllm/__init__.py").write_text("VERSION = 2\n")
+    error_line(sk(*READERS[0]), "vllm/__init__.py", "export")
+    g(repo, "checkout", "--", "vllm/__init__.py")
+    commit_file(repo, "vllm/mine.py", "MINE = 1\n", "[Misc] Mine")
+    error_line(sk(*READERS[0]), "[Misc] Mine", "export")
+
+
+def test_apply_force_with_a_wrong_pin_commit_refuses_before_stashing(sk, root):
+    repo = make_series(sk, root)
+    head = rev(repo, "HEAD")
+    (repo / "vllm/__init__.py").write_text("VERSION = 2\n")
+    path = root / "pin.toml"
+    pin = base.read_pin(root)
+    path.write_text(path.read_text().replace(pin.commit or "", "0123456789" * 4))
+    error_line(sk("apply", "--force"), "pin")
+    assert (repo / "vllm/__init__.py").read_text() == "VERSION = 2\n"
+    assert stash_count(repo) == 0 and backup_refs(repo) == []
+    assert rev(repo, "HEAD") == head
+
+
+def test_rebase_continue_with_an_unrelated_unstaged_change(sk, root, cache):
+    repo = make_series(sk, root)
+    add_release(cache, "0.0.2", TWO_CONFLICTS)
+    error_line(sk("rebase", "vllm==0.0.2"))
+    (repo / "vllm/utils.py").write_text(RESOLVED)
+    g(repo, "add", "vllm/utils.py")
+    (repo / "setup.py").write_text("print('unrelated')\n")
+    stopped = rev(repo, "HEAD")
+    res = sk("rebase", "--continue")
+    error_line(res, "setup.py")
+    assert "recorded resolution" not in res.text and "stopped at a conflict" not in res.text
+    assert rev(repo, "HEAD") == stopped
+    assert (repo / "setup.py").read_text() == "print('unrelated')\n"
+    g(repo, "stash", "push", "-q", "--keep-index")
+    res = sk("rebase", "--continue")
+    error_line(res)  # the second conflict, at patch 3
+    assert SUBJECTS[2] in res.text, res.text
+    resolved = json.loads((root / ".work" / "state.json").read_text())["rebase"]["resolved"]
+    assert resolved == [SUBJECTS[0]], resolved

@@ -1,5 +1,6 @@
 """What the toolkit's messages point at exists: every ``README: "Heading"``
-(or ``docs/FILE.md: "Heading"``) names a heading of that file, and no
+(or ``docs/FILE.md: "Heading"``) names a heading of that file, every link
+between the README and docs/ reaches a file and a heading that exist, and no
 message prints a raw ``None`` where a value is missing."""
 
 from __future__ import annotations
@@ -14,12 +15,51 @@ SOURCES = sorted([*(REPO / "serieskit").rglob("*.py"), REPO / "noxfile.py"])
 POINTER = re.compile(r"\b(README|docs/[\w./-]+\.md):( \"([^\"]+)\")?")
 
 
+def _prose(path: Path) -> str:
+    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)  # not code comments
+
+
 def headings(doc: str) -> set[str]:
     path = REPO / ("README.md" if doc == "README" else doc)
     if not path.is_file():
         return set()
-    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)  # not code comments
-    return {m.group(1).strip() for m in re.finditer(r"^#+ +(.+)$", text, re.M)}
+    return {m.group(1).strip() for m in re.finditer(r"^#+ +(.+)$", _prose(path), re.M)}
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def links() -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        for m in LINK.finditer(_prose(page)):
+            if not re.match(r"[a-z]+:", m.group(1)):  # not https: or mailto:
+                found.append((str(page.relative_to(REPO)), m.group(1)))
+    return found
+
+
+@pytest.mark.parametrize(("page", "link"), links())
+def test_each_link_between_the_pages_resolves(page, link):
+    path, _, fragment = link.partition("#")
+    target = ((REPO / page).parent / path).resolve() if path else REPO / page
+    assert target.exists(), f"{page}: {link} names no file"
+    if fragment:
+        doc = str(target.relative_to(REPO))
+        found = {anchor(h) for h in headings("README" if doc == "README.md" else doc)}
+        assert fragment in found, f"{page}: {link}: {doc} has no heading with that anchor"
+
+
+def test_the_anchors_are_githubs():
+    assert anchor("The 0.26.0 line") == "the-0260-line"
+    assert anchor("Ports: moving to the next release") == "ports-moving-to-the-next-release"
+    assert anchor("The seed's Turing figures") == "the-seeds-turing-figures"
 
 
 def pointers() -> list[tuple[str, str, str | None]]:

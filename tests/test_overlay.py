@@ -1,4 +1,5 @@
-"""The overlay and the GPU machine's two loads, from a synthetic wheel."""
+"""The overlay and the GPU machine's loads, from a synthetic wheel; the GPU
+machine's scripts (gpu/stage1.sh, gpu/assemble.sh) laying them out."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from serieskit import results
 from serieskit.build import overlay, recipe
 from serieskit.errors import ToolkitError
 from serieskit.series import base
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def make_tree(path: Path) -> Path:
@@ -42,6 +45,10 @@ def add_wheel(cache: Path, version: str, core: bytes) -> Path:
         z.writestr(gpu.flash_attn_dir + "__init__.py", "FA = 3\n")
         z.writestr(gpu.flash_attn_dir + gpu.flash_attn_skip, b"\0" * 1000)
         z.writestr("vllm/other.py", "")
+        z.writestr(
+            f"vllm-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Dist: dep\n",
+        )
     wheel.with_suffix(".sha256").write_text(base.sha256_of(wheel) + "\n")
     return wheel
 
@@ -57,6 +64,21 @@ def test_overlay_copies_the_python_tree_and_the_built_module(tmp_path):
     assert (out / "vllm/_sm7x_C.abi3.so").read_text() == "fresh\n"  # the built one, not the tree's
 
 
+def write_wheel(folder: Path, name: str, version: str, size: int = 0) -> Path:
+    """A wheel pip installs: one module ``name`` (``size`` bytes of padding)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}.py", f"VERSION = {version!r}\n" + "#" * size)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
 @pytest.fixture
 def no_pip(monkeypatch):
     """pip download of the GPU image's wheels, recorded instead of run."""
@@ -64,7 +86,7 @@ def no_pip(monkeypatch):
 
     def fake_run(cmd, **kw):
         calls.append(cmd)
-        (Path(cmd[cmd.index("-d") + 1]) / "dep-1.0-py3-none-any.whl").write_text("whl")
+        write_wheel(Path(cmd[cmd.index("-d") + 1]), "dep", "1.0")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(overlay.subprocess, "run", fake_run)
@@ -92,7 +114,8 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
         # the FA2 library left out
         assert tar.getnames() == [recipe.gpu().flash_attn_dir + "__init__.py"]
     with tarfile.open(out / "part2" / "release.tar.xz") as tar:  # for `serieskit wheel` there
-        assert tar.getnames() == ["vllm/other.py"]  # generated, not in part1 or fa.tar.xz
+        # generated, not in part1 or fa.tar.xz; and the dist-info
+        assert tar.getnames() == ["vllm/other.py", "vllm-9.1.0.dist-info/METADATA"]
     with tarfile.open(out / "part2" / "overlay.tgz") as tar:
         names = set(tar.getnames())
         stamps = {
@@ -115,8 +138,11 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     assert {"vllm/sub/mod.py", "csrc/sm7x/k.cu", "tests/t.py"} <= names
     assert not any(n.endswith((".so", ".pyc")) for n in names)
     assert "--python-version" in no_pip[0] and "3.12" in no_pip[0]
+    # the wheels in a part of their own: part2 keeps room for the tree
+    assert not (out / "part2" / "whl").exists()
+    assert [p.name for p in (out / "wheels" / "whl").iterdir()] == ["dep-1.0-py3-none-any.whl"]
     listed = (out / "MANIFEST.sha256").read_text()
-    assert "part2/whl/dep-1.0-py3-none-any.whl" in listed and "part1/" in listed
+    assert "wheels/whl/dep-1.0-py3-none-any.whl" in listed and "part1/" in listed
 
 
 def test_part1_is_made_once_per_wheel(tmp_path, cache, no_pip):
@@ -188,3 +214,59 @@ def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
         "tests/v1/worker/__init__.py",
         "tests/v1/worker/helper.py",
     ]
+
+
+def test_wheels_that_outgrow_one_run_take_further_parts(tmp_path, monkeypatch):
+    downloaded = tmp_path / "wheels-download"
+    made = {name: write_wheel(downloaded, name, "1.0", 2000) for name in "abc"}
+    write_wheel(downloaded, "d", "1.0", 100)
+    limit = made["a"].stat().st_size + made["b"].stat().st_size  # a and b fill a part
+    small = dataclasses.replace(recipe.gpu(), part_bytes=limit)
+    monkeypatch.setattr(recipe, "gpu", lambda: small)
+    overlay._wheel_parts(downloaded, tmp_path)
+    parts = {p.parent.name: sorted(w.name[0] for w in p.iterdir()) for p in tmp_path.glob("*/whl")}
+    assert parts == {"wheels": ["a", "b"], "wheels-2": ["c", "d"]}
+    assert not downloaded.exists()
+    write_wheel(downloaded, "huge", "1.0", limit)
+    with pytest.raises(ToolkitError, match="huge-1.0-py3-none-any.whl is 0 MiB, over what one run"):
+        overlay._wheel_parts(downloaded, tmp_path / "again")
+
+
+REAL_RUN = subprocess.run  # no_pip stands in for subprocess.run, the packing's
+
+
+def run_script(script: str, *args: str | Path, keep: Path) -> subprocess.CompletedProcess:
+    return REAL_RUN(
+        ["bash", str(REPO / "gpu" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KEEP=str(keep)),
+    )
+
+
+def test_stage1_keeps_the_parts_and_assemble_lays_out_the_load(tmp_path, cache, no_pip):
+    """What the GPU machine does with the load (gpu/stage1.sh per part, then
+    gpu/assemble.sh from stage2.sh), on the synthetic one: the wheels
+    installed into site with vLLM's own METADATA, the core module joined
+    from part1, the overlay and FA3 beside it."""
+    tree = make_tree(tmp_path / "tree")
+    add_wheel(cache, "9.1.0", b"core module " * 100)
+    out, keep, root = tmp_path / "gpu", tmp_path / "keep", tmp_path / "run"
+    overlay.pack_gpu(tree, out, "9.1.0", "c0ffee", log=lambda *a: None)
+    keep.mkdir()
+    (keep / "stale.xz").write_text("from an earlier release")
+    assert run_script("stage1.sh", out / "part1", keep=keep).returncode == 0
+    assert not (keep / "stale.xz").exists()  # part1 comes first and clears
+    # stage 2 before the wheels' run: told which run is missing
+    early = run_script("assemble.sh", root, out / "part2", keep, keep=keep)
+    assert early.returncode == 1
+    assert "run gpu/stage1.sh .dev/gpu/wheels" in early.stdout
+    assert run_script("stage1.sh", out / "wheels", keep=keep).returncode == 0
+    done = run_script("assemble.sh", root, out / "part2", keep, keep=keep)
+    assert done.returncode == 0, done.stderr
+    assert (root / "site" / "dep.py").read_text().startswith("VERSION = '1.0'")
+    metadata = (root / "site" / "vllm-9.1.0.dist-info" / "METADATA").read_text()
+    assert "Version: 9.1.0" in metadata and "Requires-Dist: dep" in metadata
+    assert (root / "src/vllm/_C_stable_libtorch.abi3.so").read_bytes() == b"core module " * 100
+    assert (root / "src/vllm/sub/mod.py").read_text() == "Y = 2\n"
+    assert (root / "src" / recipe.gpu().flash_attn_dir / "__init__.py").read_text() == "FA = 3\n"

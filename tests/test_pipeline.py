@@ -87,6 +87,7 @@ def test_committed_pipeline_runs_what_ci_must():
     assert commands == [
         "pre-commit run --all-files --show-diff-on-failure",
         "python -m pytest -q -n auto --dist worksteal tests {posargs}",
+        "python -m serieskit figures --check",
         "python -m serieskit apply",
         "python -m serieskit export --check",
         "python -m serieskit build",
@@ -152,10 +153,10 @@ def test_a_failing_command_stops_the_pipeline_after_the_summary(tmp_path):
     data = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
     assert data["complete"] is False
     # Every stage is there with the same keys, the one that did not run too.
-    assert [(s["status"], s["seconds"]) for s in data["stages"]] == [
-        ("passed", 1),
-        ("failed", 7),
-        ("not run", None),
+    assert [(s["status"], s["ok"], s["seconds"]) for s in data["stages"]] == [
+        ("passed", True, 1),
+        ("failed", False, 7),
+        ("not run", None, None),
     ]
     assert len({tuple(s) for s in data["stages"]}) == 1
 

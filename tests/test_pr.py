@@ -14,7 +14,7 @@ from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
 from serieskit.checks import lint
 from serieskit.errors import ToolkitError
-from serieskit.pr import branches, claims, coverage, duplicates, pr
+from serieskit.pr import bodycheck, branches, claims, coverage, duplicates, pr
 from serieskit.pr.groups import read_groups
 from serieskit.series import apply, base, export, series
 from serieskit.state import State
@@ -46,6 +46,7 @@ PATCHES = [
         {
             "vllm/config/kernel.py": KERNEL_C,
             "vllm/overlap.py": "def overlap_halves():\n    return 2\n",
+            "tests/test_c.py": "def test_c():\n    pass\n",
         },
         "[Perf] Overlap in two halves",
     ),
@@ -60,8 +61,8 @@ PATCHES = [
 def manifest(groups: str) -> str:
     entries = "".join(
         f'[[patch]]\nname = "{n}"\nseed = "x"\nsummary = "x"\nconfig = []\n'
-        f"tests = {['tests/test_a.py'] if n == 'a1' else []}\n\n"
-        for n, _, _ in PATCHES
+        f"tests = {[f for f in files if f.startswith('tests/')]}\n\n"
+        for n, files, _ in PATCHES
     )
     return entries.replace("'", '"') + groups
 
@@ -181,7 +182,10 @@ def write_results(root: Path, name: str, files: dict | None = None) -> None:
             "tree": head.tree.hexsha,
             "files": blobs if files is None else files,
         },
-        "figures": {"copy_ms": {"value": 0.598, "unit": "ms", "label": "x", "from": "x"}},
+        "figures": {
+            "copy_ms": {"value": 0.598, "unit": "ms", "label": "x", "from": "x"},
+            "nccl_ms": {"value": 0.746, "unit": "ms", "label": "y", "from": "y"},
+        },
     }
     (root / name).parent.mkdir(parents=True, exist_ok=True)
     (root / name).write_text(json.dumps(data))
@@ -220,7 +224,10 @@ def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
     body = (proot / ".work/pr/overlap/body.md").read_text()
     assert f"git log {host.hexsha[:12]}..{upper.hexsha[:12]}" in body
     assert "Please review only the last 1 commit(s)" in body
-    assert "`docs/ref.md`" in (proot / ".work/pr/host/body.md").read_text()  # what it left out
+    # its own test files, once each; not those of the pull request it stacks on
+    assert body.count("tests/test_c.py") == 1 and "tests/test_a.py" not in body
+    # the toolkit-only files are the toolkit's business, not the reviewer's
+    assert "docs/ref.md" not in (proot / ".work/pr/host/body.md").read_text()
     checks = json.loads((proot / ".work/pr/host/check.json").read_text())["checks"]
     assert all(c["ok"] in (True, None) for c in checks), checks
     assert (proot / ".work/pr/host/title.txt").read_text() == "[Kernel] Host reduce\n"
@@ -234,11 +241,13 @@ def test_body_follows_the_target_tree_template(proot):
     assert headings and [line for line in body.splitlines() if line.startswith("## ")] == headings
     assert pr.empty_sections(body) == []
     assert template.splitlines()[-1] in body  # the checklist and footer stay
-    assert "0.598 ms" in body and "`results/bench.json` `figures['copy_ms'].value`" in body
-    assert "H200 figure" in body
-    assert "python -m pytest tests/test_a.py" in body
+    assert "PLEASE FILL IN" not in body  # the template's instruction goes
+    assert "0.598 ms" in body and "results/bench.json" not in body  # a file the reviewer lacks
+    assert "two NVIDIA H200: H200 results, not Turing or Volta ones" in body
+    assert "Targets vLLM 0.0.2" in body and "Not yet checked against upstream `main`" in body
+    assert body.count("python -m pytest tests/test_a.py") == 1
     assert "| host reduce | FP16 | two ranks |" in body
-    assert "Benchmark contract" in body and "python bench.py" in body
+    assert "How it is switched and measured" in body and "python bench.py" in body
     if "## Claims" in template:  # 0.33.0: the figures go under Claims
         claims_part = body.split("## Claims")[1].split("## Validation")[0]
         assert "0.598 ms" in claims_part
@@ -251,7 +260,7 @@ def test_test_results_come_from_runs_on_the_pr_s_base(proot):
             "schema": claims.SCHEMA,
             "kind": "tests",
             "date": "2026-12-01",
-            "machine": {"name": f"{name} machine", "label": "H200 figure"},
+            "machine": {"name": f"{name} machine", "gpu": f"GPU {name}", "gpus": 1},
             "series": {"base": ran_on, "commit": None, "tree": None, "files": {}},
             "test_files": {
                 "tests/test_a.py": {"passed": passed, "failed": 0, "skipped": 0, "errors": 0}
@@ -262,8 +271,9 @@ def test_test_results_come_from_runs_on_the_pr_s_base(proot):
         (proot / f"results/tests_{name}.json").write_text(json.dumps(data))
     run(proot)
     body = (proot / ".work/pr/host/body.md").read_text()
-    assert "`results/tests_ours.json`" in body and "pytest on ours" in body
-    assert "tests_port" not in body and "pytest on port" not in body
+    row = next(x for x in body.splitlines() if x.startswith("| `tests/test_a.py` |"))
+    assert "one GPU ours" in row and "| 7 | 0 | 0 |" in row
+    assert "GPU port" not in body and "tests_" not in body
 
 
 def test_stale_missing_and_wrong_claims_fail_check(proot):
@@ -271,7 +281,7 @@ def test_stale_missing_and_wrong_claims_fail_check(proot):
     head = gitpython.Repo(repo).commit("HEAD")
     fresh = {
         p: (head.tree / p).hexsha
-        for p in ("vllm/host_reduce.py", "tests/test_a.py", "vllm/overlap.py")
+        for p in ("vllm/host_reduce.py", "tests/test_a.py", "vllm/overlap.py", "tests/test_c.py")
     }
     write_results(proot, "results/bench.json", files=fresh | {"vllm/config/kernel.py": "0" * 40})
     with pytest.raises(ToolkitError) as e:
@@ -280,6 +290,9 @@ def test_stale_missing_and_wrong_claims_fail_check(proot):
         "host: claims: stale: results/bench.json ran on a series where "
         "vllm/config/kernel.py changed since the run"
     ) in str(e.value)
+    body = (proot / ".work/pr/host/body.md").read_text()  # the reviewer reads words
+    assert "an earlier revision of this change (to be re-run on this one)" in body
+    assert "stale" not in body and "check.json" not in body
     # the change named with a reason is accepted, and the body says why
     ack = '[pr.changed_since."results/bench.json"]\n"vllm/config/kernel.py" = "a docstring"\n'
     text = (proot / "patches/manifest.toml").read_text()
@@ -419,7 +432,9 @@ def test_real_results_files_share_the_schema():
             assert {"value", "unit", "label"} <= set(fig), (f.name, name)
     for g in read_groups(root):
         for c in g.claims:
-            assert claims.resolve(claims.load(root, c.file), c.path) is not None
+            data = claims.load(root, c.file)
+            for path in [c.path] + ([c.vs] if c.vs else []):
+                assert claims.resolve(data, path) is not None, (g.name, c.label, path)
 
 
 def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
@@ -458,14 +473,14 @@ def test_line_coverage_lists_changed_lines_no_test_executed(tmp_path, cache):
     run(root)
     body = (root / ".work/pr/host/body.md").read_text()
     row = next(x for x in body.splitlines() if x.startswith("| `vllm/config/kernel.py` | h200"))
-    assert f"(stale: changed since this run (series {head.hexsha[:12]})) |" in row
+    assert f"(measured before the last change of this file (at {head.hexsha[:12]})) |" in row
     assert "No coverage data from a GPU machine" not in body
 
 
-def test_line_coverage_says_so_without_data(proot):
+def test_no_line_coverage_data_claims_nothing(proot):
     run(proot)
     body = (proot / ".work/pr/host/body.md").read_text()
-    assert "Line coverage: no coverage data" in body
+    assert "Line coverage" not in body and "coverage.py" not in body
 
 
 def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
@@ -479,7 +494,7 @@ def test_route_lines_of_the_boots_count_as_evidence(tmp_path, cache):
     (root / "results/bench.json").write_text(json.dumps(data))
     run(root)
     assert (
-        "logged: 1 of 2 boots of `results/bench.json` (2 x NVIDIA H200)"
+        "route logged in 1 of 2 server boots on two NVIDIA H200"
         in (root / ".work/pr/host/body.md").read_text()
     )
 
@@ -582,3 +597,160 @@ def test_line_map_follows_later_changes(tmp_path):
     head = commit_file(repo, "m.py", "a\nb\nc\nd\n", "pr head")
     ran = commit_file(repo, "m.py", "new\na\nB\nc\nd\nmore\n", "a later PR")
     assert coverage.line_map(repo, head, ran, "m.py") == {1: 2, 2: None, 3: 4, 4: 5}
+
+
+def _claim_fields(text: str, occurrence: str, extra: str) -> str:
+    """The manifest ``text`` with ``extra`` lines in the first claim after ``occurrence``."""
+    at = text.index(occurrence)
+    end = text.index('unit = "ms"\n', at) + len('unit = "ms"\n')
+    return text[:end] + extra + text[end:]
+
+
+def test_a_figure_from_another_base_needs_words_that_say_so(proot):
+    """A run on another release is evidence only when its claim says so in
+    words naming that release; the body prints them, never "stale"."""
+    data = json.loads((proot / "results/bench.json").read_text())
+    data["series"]["base"] = "vllm==0.0.1"
+    data["machine"] = {
+        "name": "2 x NVIDIA H200",
+        "gpu": "NVIDIA H200",
+        "gpus": 2,
+        "p2p": "off (NCCL_P2P_DISABLE=1)",
+    }
+    (proot / "results/old.json").write_text(json.dumps(data))
+    manifest = proot / "patches/manifest.toml"
+    plain = manifest.read_text().replace(
+        'file = "results/bench.json"', 'file = "results/old.json"', 1
+    )
+    manifest.write_text(plain)
+    with pytest.raises(ToolkitError) as e:
+        run(proot, check=True)
+    assert "host: claims: results/old.json ran on vLLM 0.0.1, not on vLLM 0.0.2" in str(e.value)
+    assert "stale" not in str(e.value)  # no file-by-file comparison across releases
+    manifest.write_text(
+        _claim_fields(plain, "results/old.json", 'prior = "measured with an earlier version"\n')
+    )
+    with pytest.raises(ToolkitError, match=r"does not name the base it ran on \(0.0.1\)"):
+        run(proot, check=True)
+    words = "measured on vLLM 0.0.1 with the earlier version of this change"
+    manifest.write_text(_claim_fields(plain, "results/old.json", f'prior = "{words}"\n'))
+    run(proot, check=True)
+    body = (proot / ".work/pr/host/body.md").read_text()
+    row = next(x for x in body.splitlines() if x.startswith("| copy-engine mode, time per call |"))
+    assert (
+        "| 0.598 ms | two NVIDIA H200 with P2P disabled (`NCCL_P2P_DISABLE=1`): H200 results, "
+        f"not Turing or Volta ones; {words}; 2026-11-30 |"
+    ) in row
+    assert "stale" not in body and "None" not in body
+    # prior on a run of the pull request's own base: refused (changed_since or a re-run)
+    manifest.write_text(
+        _claim_fields(
+            _claim_fields(plain, "results/old.json", f'prior = "{words}"\n'),
+            "copy-engine mode beside",
+            f'prior = "{words}"\n',
+        )
+    )
+    with pytest.raises(
+        ToolkitError,
+        match="overlap: claims: results/bench.json ran on vLLM 0.0.2, "
+        "the base of this pull request: prior labels a figure from another base",
+    ):
+        run(proot, check=True)
+    # a figure from outside any release (the original fork's): words, no version needed
+    data["kind"], data["series"]["base"] = "external", "fork main c59b3c4"
+    (proot / "results/old.json").write_text(json.dumps(data))
+    manifest.write_text(plain)
+    with pytest.raises(ToolkitError, match="results/old.json ran on fork main c59b3c4, not on"):
+        run(proot, check=True)
+    fork = "measured by the original pull request in a fork"
+    manifest.write_text(_claim_fields(plain, "results/old.json", f'prior = "{fork}"\n'))
+    run(proot, check=True)
+    assert f"; {fork}; 2026-11-30 |" in (proot / ".work/pr/host/body.md").read_text()
+
+
+def test_headline_figures_lead_with_their_machine_and_method(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.33.0.md")
+    extra = (
+        'headline = true\nhow = "two processes, median of 100 calls"\n'
+        'vs = "figures[\'nccl_ms\'].value"\nvs_label = "NCCL, the same payload"\n'
+    )
+    text = (root / "patches/manifest.toml").read_text()
+    (root / "patches/manifest.toml").write_text(_claim_fields(text, "results/bench.json", extra))
+    run(root, check=True)
+    claims_part = (root / ".work/pr/host/body.md").read_text().split("## Claims")[1]
+    claims_part = claims_part.split("## Validation")[0]
+    first = next(x for x in claims_part.splitlines() if x.startswith("- "))
+    assert first == (
+        "- copy-engine mode, time per call: **0.598 ms**; NCCL, the same payload: **0.746 ms** "
+        "(1.2x faster). Two processes, median of 100 calls. On two NVIDIA H200: H200 results, "
+        "not Turing or Volta ones; vLLM 0.0.2; 2026-11-30."
+    )
+    assert "| copy-engine mode, time per call |" not in claims_part  # not twice
+
+
+def test_body_reads_without_this_repository(tmp_path, cache):
+    root = make_root(tmp_path, cache, "PULL_REQUEST_TEMPLATE-0.33.0.md")
+    said: list[str] = []
+    pr.session(root, None, WHO, log=said.append)
+    body = (root / ".work/pr/host/body.md").read_text()
+    # the items the body answers are ticked; the contributor's declarations are theirs
+    for item in ("Design Fit", "Testing and Validation", "Code Quality and Style"):
+        assert f"- [x] **{item}:**" in body
+    assert "- [ ] AI assistance was used during the creation of this PR." in body
+    assert "- [ ] I used vLLM's `/pr-checklist` skill." in body
+    assert any("the checklist leaves to you: I used vLLM's" in x for x in said)
+    checks = json.loads((root / ".work/pr/host/check.json").read_text())["checks"]
+    assert all(c["ok"] in (True, None) for c in checks), checks
+    # the group's text in this project's words, naming files the reviewer does not have
+    (root / "overview/host.md").write_text(
+        "## Overview\n\nThe seed's kernel, as the series measured (results/bench.json, "
+        "`bash gpu/stage2.sh`).\n\n## Details\n\n- details.\n"
+    )
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    msg = str(e.value)
+    assert 'host: words a reviewer knows: "seed\'s" in' in msg
+    assert "host: words a reviewer knows: 'series' in" in msg
+    assert "host: every path the body names is in the pull request: the body names " in msg
+    assert "results/bench.json, which is not in the pull request's tree" in msg
+    assert "gpu/stage2.sh, which is not in" in msg
+    assert "overlap: words" not in msg
+    # a template item nobody answers fails; the template's instruction line never stays
+    assert bodycheck.unhandled("- [ ] **New Item:** something\n- [ ] (Optional) docs\n") == [
+        "checklist item not answered by the body: '**New Item:** something'"
+    ]
+    assert bodycheck.placeholders("PLEASE FILL IN THE PR DESCRIPTION HERE\n`TODO` in code\n") == [
+        "template placeholder left: 'PLEASE FILL IN THE PR DESCRIPTION HERE'"
+    ]
+
+
+def test_says_whether_each_branch_applies_on_upstream_main(proot, tmp_path):
+    """--upstream: the branch's commits (a stacked one's lower commits too)
+    replayed on a snapshot of upstream main with git am -3."""
+    repo = series.work_repo(proot)
+    up = tmp_path / "upstream"
+    git.git(None, "clone", "-q", str(repo), str(up))
+    git.git(up, "checkout", "-q", "-B", "main", State.load(proot).base)
+    from conftest import commit_file
+
+    commit_file(up, "vllm/utils.py", "# moved on\n", "upstream work elsewhere")
+    run(proot, upstream=str(up), upstream_ref="main")
+    head = git.rev(up, "main") or ""
+    day = git.git(up, "log", "-1", "--format=%cs", head).strip()
+    body = (proot / ".work/pr/overlap/body.md").read_text()
+    assert f"It applies cleanly on upstream `main` at `{head[:12]}` (committed {day})." in body
+    kernel = (up / "vllm/config/kernel.py").read_text() + "    d = 4\n"
+    commit_file(up, "vllm/config/kernel.py", kernel, "upstream grows KernelConfig")
+    run(proot, upstream=str(up), upstream_ref="main")
+    head = git.rev(up, "main") or ""
+    day = git.git(up, "log", "-1", "--format=%cs", head).strip()
+    for name in ("host", "overlap"):
+        body = (proot / f".work/pr/{name}/body.md").read_text()
+        assert (
+            f"It does not apply on upstream `main` at `{head[:12]}` (committed {day}): "
+            "conflicts in `vllm/config/kernel.py`; it will be rebased."
+        ) in body
+    checks = json.loads((proot / ".work/pr/host/check.json").read_text())["checks"]
+    on_main = next(c for c in checks if c["check"] == "applies on upstream main")
+    assert on_main["ok"] is None and head[:12] in on_main["detail"]  # informs, never fails
+    assert git.git(repo, "worktree", "list").count("\n") == 1  # the scratch worktree is gone

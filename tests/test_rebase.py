@@ -12,7 +12,7 @@ from serieskit import git, status
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series
 from serieskit.state import State
-from serieskit.upstream import rebase
+from serieskit.upstream import rebase, stops
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {
@@ -159,7 +159,7 @@ def test_a_resolution_is_made_once(root, cache):
     git.git(repo, "add", "vllm/utils.py")
     first = rebase.cont(root, log=quiet)
     resolved = git.git(repo, "show", "HEAD~1:vllm/utils.py")
-    records = list((root / "patches" / rebase.RESOLUTIONS).iterdir())
+    records = list((root / "patches" / stops.RESOLUTIONS).iterdir())
     assert len(records) == 1 and (records[0] / "postimage").exists()
     # Elsewhere: a work tree on the pin without rerere's own cache, the same
     # rebase, no hand work.
@@ -186,13 +186,13 @@ def test_abort_leaves_the_patch_folder_as_it_was_and_keeps_the_resolutions(root,
             ("setup.py", "print('series')\n", "[Build] Change setup"),
         ],
     )
-    earlier = root / "patches" / rebase.RESOLUTIONS / ("e" * 40)
+    earlier = root / "patches" / stops.RESOLUTIONS / ("e" * 40)
     earlier.mkdir(parents=True)
     for name in ("preimage", "postimage"):
         (earlier / name).write_text(f"an earlier rebase's {name}\n")
 
     def folder() -> dict[str, str]:
-        res = root / "patches" / rebase.RESOLUTIONS
+        res = root / "patches" / stops.RESOLUTIONS
         return {str(p.relative_to(res)): p.read_text() for p in res.rglob("*") if p.is_file()}
 
     before = folder()
@@ -263,7 +263,7 @@ def test_added_beside_caps_the_list(root, cache, monkeypatch):
     add_release(
         cache, "0.0.3", {**CONFLICTING, **{f"vllm/m{i}.py": f"M = {i}\n" for i in range(5)}}
     )
-    monkeypatch.setattr(rebase, "ADDED_BESIDE_MAX", 2)
+    monkeypatch.setattr(stops, "ADDED_BESIDE_MAX", 2)
     lines = []
     with pytest.raises(ToolkitError):
         rebase.start(root, "vllm==0.0.3", log=lines.append)

@@ -90,6 +90,20 @@ def test_a_broken_recipe_names_file_and_key(toolkit, old, new, message):
         recipe.native()
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('"nvtx" = "nvtx"', '"nvtx" = 1', r"overlays/gpu.toml: serve.lazy_gpu.nvtx is not a str"),
+        ("image_builds = ", "builds = ", r"overlays/gpu.toml lacks serve.image_builds$"),
+        ("image = [", "image = [1, ", r"machine.image is not a list of strings"),
+    ],
+)
+def test_a_broken_gpu_recipe_names_file_and_key(toolkit, old, new, message):
+    edit(toolkit, recipe.GPU, old, new)
+    with pytest.raises(ToolkitError, match=message):
+        recipe.gpu()
+
+
 def test_a_missing_recipe_says_so(toolkit):
     (toolkit / recipe.GPU).unlink()
     with pytest.raises(ToolkitError, match=r"overlays/gpu.toml is missing"):
@@ -116,7 +130,9 @@ def test_full_build_takes_arch_list_and_environment_from_the_recipe(toolkit, mon
 
 def test_the_gpu_loads_follow_overlays_gpu_toml(toolkit, tmp_path, cache, monkeypatch):
     edit(toolkit, recipe.GPU, 'python = "3.12"', 'python = "3.13"')
-    edit(toolkit, recipe.GPU, '    "loguru",\n', '    "loguru",\n    "only-here==1.0",\n')
+    edit(
+        toolkit, recipe.GPU, '"coverage==7.17.5",\n', '"coverage==7.17.5",\n    "only-here==1.0",\n'
+    )
     calls: list[list[str]] = []
 
     def fake_run(cmd, **kw):

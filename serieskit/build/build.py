@@ -300,7 +300,7 @@ def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Pat
                 "-o",
                 str(obj),
                 "-O2",
-                "-std=c++17",
+                f"-std={recipe.native().cxx_std}",
                 "-fPIC",
                 f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                 *(f"-I{i}" for i in includes),

@@ -4,12 +4,14 @@ An overlay is the patched Python tree (``vllm/`` of the work tree) plus the
 series' built native module, placed in front of a released vLLM wheel of the
 same version: the way the seed ran its A/B without a full rebuild.
 
-``pack_gpu`` prepares the two loads for a GPU machine that has torch but no
+``pack_gpu`` prepares the loads for a GPU machine that has torch but no
 network and takes at most 64 MiB per run: part1 is the wheel's compiled core
 module (it must arrive in a first run and wait in /tmp; where it is larger
-than one run takes, in pieces: part1, part1-2, ..., one run each), part2 the
-rest (the overlay, the FA3 package vLLM's model inspection imports, and the
-wheels that machine lacks), as overlays/gpu.toml lists them.
+than one run takes, in pieces: part1, part1-2, ..., one run each), ``wheels``
+the wheels that machine lacks (they too wait in /tmp: ``wheels``,
+``wheels-2``, ... where they need more than one run), part2 the rest (the
+overlay, the FA3 package vLLM's model inspection imports, the released
+wheel's dist-info), as overlays/gpu.toml lists them.
 ``gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
 """
 
@@ -20,6 +22,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +30,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import results
+from serieskit import files, results
 from serieskit.build import recipe
 from serieskit.build.wheel_release import pack_release
 from serieskit.errors import ToolkitError, failed
@@ -39,11 +42,17 @@ from serieskit.state import State
 def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
     """Copy the patched ``vllm/`` package (and the built module) to ``out``."""
     dest = out / "vllm"
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(tree / "vllm", dest, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    # Made beside it, then swapped in: a kill never leaves half an overlay there.
+    files.clear_leftovers(out)
+    new = out / f".vllm.new.serieskit-{os.getpid()}.tmp"
+    old = out / f".vllm.old.serieskit-{os.getpid()}.tmp"
+    shutil.copytree(tree / "vllm", new, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     if module is not None and module.exists():
-        shutil.copy2(module, dest / module.name)
+        shutil.copy2(module, new / module.name)
+    if dest.exists():
+        dest.rename(old)
+    new.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
     log(
         f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
         + (f", {module.name}" if module is not None and module.exists() else "")
@@ -69,6 +78,27 @@ def _split_for_runs(xz: Path, out: Path) -> None:
     xz.unlink()
 
 
+def _wheel_parts(downloaded: Path, out: Path) -> None:
+    """Move the downloaded wheels into parts of their own, each within what
+    one run carries: ``wheels/whl`` first, then ``wheels-2/whl``, ... (in
+    name order); gpu/stage1.sh keeps each in /tmp/keep/whl."""
+    limit = recipe.gpu().part_bytes
+    part, used = 1, 0
+    for whl in sorted(downloaded.glob("*.whl")):
+        size = whl.stat().st_size
+        if size > limit:
+            raise ToolkitError(
+                f"gpu: {whl.name} is {size / 2**20:.0f} MiB, over what one run takes"
+            )
+        if used + size > limit:
+            part, used = part + 1, 0
+        dest = out / ("wheels" if part == 1 else f"wheels-{part}") / "whl"
+        dest.mkdir(parents=True, exist_ok=True)
+        whl.rename(dest / whl.name)
+        used += size
+    shutil.rmtree(downloaded)
+
+
 def pack_gpu(
     tree: Path,
     out: Path,
@@ -79,8 +109,9 @@ def pack_gpu(
     tree_id: str = "?",
     files: dict[str, str] | None = None,
 ) -> None:
-    """Write ``out/part1`` and ``out/part2`` for the two runs on the GPU machine
-    (what they hold: overlays/gpu.toml)."""
+    """Write ``out/part1`` (and ``part1-2``, ...), ``out/wheels`` (and
+    ``wheels-2``, ...) and ``out/part2`` for the runs on the GPU machine (what
+    they hold: overlays/gpu.toml)."""
     gpu = recipe.gpu()
     wheel, wheel_sha = base.fetch(gpu.wheel.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
@@ -88,6 +119,8 @@ def pack_gpu(
     fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
     for d in (*out.glob("part1-*"), p1, p2) if fresh else (p2,):
         shutil.rmtree(d, ignore_errors=True)
+    for d in out.glob("wheels*"):  # the list may have changed: made anew
+        shutil.rmtree(d)
     for d in (p1, p2) if fresh else (p2,):
         d.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as z:
@@ -136,7 +169,7 @@ def pack_gpu(
             info_.size = len(stamp)
             tar.addfile(info_, io.BytesIO(stamp))
     (p2 / "VERSION").write_text(version + "\n")
-    whl = p2 / "whl"
+    whl = out / "wheels-download"
     whl.mkdir()
     plats = [arg for p in gpu.platforms for arg in ("--platform", p)]
     log(f"gpu: downloading the {len(gpu.wheels)} wheels the GPU image lacks ({recipe.GPU})")
@@ -163,7 +196,8 @@ def pack_gpu(
     )
     if proc.returncode != 0:
         raise failed("gpu: downloading the wheels the GPU image lacks", proc)
-    for part in (*sorted(out.glob("part1*")), p2):
+    _wheel_parts(whl, out)
+    for part in (*sorted(out.glob("part1*")), *sorted(out.glob("wheels*")), p2):
         size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
         if size > gpu.part_bytes:

@@ -30,6 +30,7 @@ class Native:
     archs: tuple[str, ...]
     ptx_arch: str
     nvcc_flags: tuple[str, ...]
+    cxx_std: str  # -std= of the torch bindings
     kernels: tuple[tuple[str, tuple[str, ...]], ...]  # (file name glob, archs), in order
     cuda12_nvrtc: tuple[str, ...]
     full_arch_list: str
@@ -57,8 +58,12 @@ class Gpu:
     part_bytes: int  # what one part may hold (a run carries the working tree too)
     piece_bytes: int  # the core module's pieces, where it is larger than a part
     python: str
-    wheels: tuple[str, ...]
+    image: tuple[str, ...]  # the machine image's Python packages (names)
+    wheels: tuple[str, ...]  # what the load carries (pip requirement specs)
     platforms: tuple[str, ...]
+    image_builds: tuple[str, ...]  # vLLM requirements the image builds itself (torch)
+    lazy_gpu: tuple[tuple[str, str], ...]  # (distribution, module) imported only on demand
+    check_torch: tuple[str, ...]  # the torch of gpu/check_pack_imports.py's environment
 
 
 def _load(rel: str) -> dict:
@@ -101,6 +106,7 @@ def native() -> Native:
         archs=tuple(get("native.archs", list)),
         ptx_arch=get("native.ptx_arch"),
         nvcc_flags=tuple(get("native.nvcc_flags", list)),
+        cxx_std=get("native.cxx_std"),
         kernels=tuple((p, tuple(a)) for p, a in kernels.items()),
         cuda12_nvrtc=tuple(get("toolchain.cuda12_nvrtc.packages", list)),
         full_arch_list=get("full.torch_cuda_arch_list"),
@@ -115,6 +121,9 @@ def gpu() -> Gpu:
     def get(key: str, kind: type = str):
         return _get(data, GPU, tuple(key.split(".")), kind)
 
+    lazy = get("serve.lazy_gpu", dict)
+    for dist in lazy:
+        _get(data, GPU, ("serve", "lazy_gpu", dist), str)
     return Gpu(
         wheel=get("wheel.file"),
         core=get("wheel.core"),
@@ -123,6 +132,10 @@ def gpu() -> Gpu:
         part_bytes=get("machine.part_mib", int) * 2**20,
         piece_bytes=get("machine.piece_mib", int) * 2**20,
         python=get("machine.python"),
+        image=tuple(get("machine.image", list)),
         wheels=tuple(get("machine.wheels", list)),
         platforms=tuple(get("machine.platforms", list)),
+        image_builds=tuple(get("serve.image_builds", list)),
+        lazy_gpu=tuple(lazy.items()),
+        check_torch=tuple(get("serve.check.torch", list)),
     )

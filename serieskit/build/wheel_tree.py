@@ -16,6 +16,7 @@ from pathlib import Path
 from serieskit import git, results
 from serieskit.build import recipe
 from serieskit.errors import ToolkitError, failed
+from serieskit.series import series
 from serieskit.series.target import Target
 from serieskit.state import State
 
@@ -41,27 +42,6 @@ class SeriesTree:
     deleted: set[str] = field(default_factory=set)
 
 
-def _what_to_finish(state: State, t: Target) -> str | None:
-    """Why the work tree does not hold the whole series, with the way on."""
-    if state.rebase_stopped:
-        return (
-            f"a rebase is stopped there: finish it (`{t.cmd('rebase', '--continue')}`) "
-            f"or give it up (`{t.cmd('rebase', '--abort')}`)"
-        )
-    if state.failed:
-        return (
-            f"an apply stopped at {state.failed} ({state.applied} of {state.total} patches "
-            f"applied): finish that patch and run `{t.cmd('apply', '--continue')}`, or "
-            f"`{t.cmd('apply', '--force')}` to start over from the patch files"
-        )
-    if state.in_progress:
-        return (
-            f"an {state.in_progress} did not finish ({state.applied} of {state.total} "
-            f"patches applied): run `{t.cmd('apply')}` again"
-        )
-    return None
-
-
 def work_tree(t: Target) -> SeriesTree:
     """The series' commit in the work tree, refused unless it holds the whole
     series on the release, committed."""
@@ -69,7 +49,7 @@ def work_tree(t: Target) -> SeriesTree:
     state = State.load(t)
     if not git.is_repo(tree) or not state.base:
         raise ToolkitError(f"wheel: no work tree: run `{t.cmd('apply')}` first")
-    if reason := _what_to_finish(state, t):
+    if reason := series.unfinished(t, state):
         raise ToolkitError(f"wheel: {tree} holds a half-applied series ({reason})")
     if op := git.operation_in_progress(tree):
         raise ToolkitError(

@@ -158,14 +158,49 @@ def session(where: Path | Target, check_only: bool = False, log=print) -> None:
             raise ToolkitError(f"{OUTPUT} is stale: run `{t.cmd('docs')}`")
         log(f"docs: {OUTPUT} is up to date")
         return
+    safety.clear_stale_locks(tree, "docs", log)
+    _undo_interrupted(tree, log)
     state = State.load(t)
     export.require_exportable(t, state)
     assert state.base
-    head = git.rev(tree, "HEAD")
-    if amend(tree, state.base, log=log):
-        assert head
+    # Where the series was before docs rewrote it (this run's, or that of one
+    # interrupted after its rewrite): named while docs runs, so that a rerun
+    # finishes what a killed one began.
+    start = git.rev(tree, DOCS_FROM) or git.rev(tree, "HEAD")
+    assert start
+    git.git(tree, "update-ref", DOCS_FROM, start)
+    try:
+        amend(tree, state.base, log=log)
+    except ToolkitError:
+        if git.rev(tree, "HEAD") == start:  # refused, or undone: nothing to finish
+            git.git(tree, "update-ref", "-d", DOCS_FROM)
+        raise
+    if git.rev(tree, "HEAD") != start:
         log(
             f"docs: the series before regeneration is kept as "
-            f"{safety.backup_ref(tree, head, 'docs')}"
+            f"{safety.backup_ref(tree, start, 'docs')}"
         )
         export.export(t, log=log)
+    git.git(tree, "update-ref", "-d", DOCS_FROM)
+
+
+# Set while docs rewrites the series: the commit it started from.
+DOCS_FROM = "refs/series/docs-from"
+
+
+def _undo_interrupted(tree: Path, log) -> None:
+    """A docs killed inside its rebase left that rebase in the work tree: undo
+    it (what a killed step left in the tree goes to a stash), so that this
+    run does the rewrite again. A rebase that docs did not start is the
+    user's, and stays (export refuses over it)."""
+    start = git.rev(tree, DOCS_FROM)
+    orig = git.gitdir(tree) / "rebase-merge" / "orig-head"
+    if not start or not orig.is_file() or orig.read_text().strip() != start:
+        return
+    if git.dirty_files(tree):
+        kept = safety.stash(tree, "docs: what an interrupted docs left")
+        log(f"docs: stashed what the interrupted docs left in {tree} as {kept}")
+    if git.run(tree, "rebase", "--abort").returncode != 0:
+        git.git(tree, "rebase", "--quit")
+    git.git(tree, "checkout", "-q", "-B", series.BRANCH, start)
+    log(f"docs: an earlier docs was interrupted as it rewrote the series; back at {start[:12]}")

@@ -290,7 +290,7 @@ def parse_results(output: str) -> dict[str, tuple[str, str]]:
 def _checkout(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit`` (made or moved there)."""
     if not (dest / ".git").exists():
-        git.run(repo, "worktree", "prune")
+        git.drop_worktree(repo, dest)  # one a killed session left, locked or not
         dest.parent.mkdir(parents=True, exist_ok=True)
         git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
     else:

@@ -266,6 +266,7 @@ def timings_document(
                 "about": s.about,
                 "budget_s": s.budget_s,
                 "seconds": None if t is None else round(t.seconds, 1),
+                "ok": None if t is None else t.ok,
                 "status": "not run" if t is None else "passed" if t.ok else "failed",
                 "over_budget": t is not None and t.over,
                 "load_at_end": None if t is None else [round(x, 2) for x in t.load],

@@ -80,7 +80,7 @@ def new_failures(base: dict[str, str], series: dict[str, str]) -> list[str]:
 def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
     """A detached worktree of ``repo`` at ``commit``, made or moved there."""
     if not (dest / ".git").exists():
-        git.run(repo, "worktree", "prune")
+        git.drop_worktree(repo, dest)  # one a killed session left, locked or not
         dest.parent.mkdir(parents=True, exist_ok=True)
         git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
     else:

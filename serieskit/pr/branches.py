@@ -12,7 +12,6 @@ toolkit-only ones) are left out.
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ def onto_target(root: Path, onto: str | None) -> Target:
     raise ToolkitError(
         f"no series tree for vLLM {m.group(1)} yet: the series is on {pin.version} "
         "(.work/vllm); port it first (a [[port]] in pin.toml; "
-        'README: "Ports: moving to the next release")'
+        'docs/user-guide.md: "Ports: moving to the next release")'
     )
 
 
@@ -181,9 +180,7 @@ def build_branches(
             f"out of every commit: {', '.join(exclude)}"
         )
     wt = t.out("pr") / ".worktree"
-    git.run(tree, "worktree", "remove", "--force", str(wt))
-    git.run(tree, "worktree", "prune")
-    shutil.rmtree(wt, ignore_errors=True)
+    git.drop_worktree(tree, wt)  # one a killed session left, locked or not
     git.git(tree, "worktree", "add", "--detach", str(wt), base_commit)
     built: dict[str, Built] = {}
     st = stacks(groups)
@@ -234,6 +231,5 @@ def build_branches(
             gp.Reference.create(repo, b.ref, b.head, force=True)
             log(f"pr: {b.ref} = {head[:12]} ({len(b.own)} commit(s) to review)")
     finally:
-        git.run(tree, "worktree", "remove", "--force", str(wt))
-        git.run(tree, "worktree", "prune")
+        git.drop_worktree(tree, wt)
     return built

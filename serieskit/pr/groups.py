@@ -32,6 +32,8 @@ class Group:
     ab: str | None = None
     changed_since: dict[str, dict[str, str]] = field(default_factory=dict)
     rfc: str | None = None  # the RFC draft, where the change needs one
+    rfc_issue: str | None = None  # the RFC issue once opened (a link or #number)
+    origin: str | None = None  # words: the work the code derives from (its credit)
 
 
 def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
@@ -70,6 +72,8 @@ def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
                 entry.get("ab"),
                 dict(entry.get("changed_since", {})),
                 entry.get("rfc"),
+                entry.get("rfc_issue"),
+                entry.get("origin"),
             )
         )
     seen: dict[str, str] = {}

@@ -19,12 +19,14 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
 from serieskit.checks import lint
 from serieskit.errors import ToolkitError
-from serieskit.pr import claims, duplicates, prbody
+from serieskit.pr import bodycheck, claims, duplicates, mainline, prbody
 from serieskit.pr.branches import (
     PLACEHOLDER,
     Built,
@@ -34,7 +36,7 @@ from serieskit.pr.branches import (
     versions,
 )
 from serieskit.pr.groups import gitpython, head_blobs, order, read_groups, stacks
-from serieskit.series import series
+from serieskit.series import safety, series
 from serieskit.series.target import Target
 from serieskit.state import State
 
@@ -43,6 +45,7 @@ RFC_LINES = 500  # ... and an RFC issue first for more changed lines outside the
 NOT_COUNTED = ("tests/", "csrc/", "vllm/config/", "vllm/kernels/", "docs/")
 TITLE = re.compile(r"^(\[[^][]+\])+ +[^\s].*$")  # vLLM's pr-title check
 TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
+NO_HOOKS = "no hooks"  # pre-commit detail: nothing to run, so nothing fails
 
 
 # --- checks -----------------------------------------------------------------
@@ -86,8 +89,9 @@ def run_checks(
     signoff: str,
     n_groups: int,
     stack_len: int,
-    strict: bool = False,
-    log_dir: Path | None = None,
+    counted: int,
+    pre: tuple[list[str] | None, str],
+    on_main: mainline.OnMain | None = None,
 ) -> list[dict]:
     gp = gitpython()
     repo = gp.Repo(tree)
@@ -112,6 +116,11 @@ def run_checks(
             applies.append("the lower pull request's head is not in this branch")
     add("applies to its ref", applies, b.ref or "")
     add(
+        "applies on upstream main",
+        None,
+        on_main.words() if on_main else "not checked (no --upstream given)",
+    )
+    add(
         "Signed-off-by of the contributor",
         check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"],
     )
@@ -122,6 +131,20 @@ def run_checks(
         else [f"{b.group.title!r} fails vLLM's title check {TITLE.pattern}"],
     )
     add("template sections", [f"section {s!r} is empty" for s in empty_sections(body)])
+    add(
+        "template placeholders and checklist",
+        bodycheck.placeholders(body) + bodycheck.unhandled(body),
+        "left to the contributor: " + "; ".join(bodycheck.declarations(body)),
+    )
+    add("words a reviewer knows", bodycheck.jargon(body))
+    add(
+        "every path the body names is in the pull request",
+        bodycheck.missing_paths(
+            body, lambda p: git.run(tree, "cat-file", "-e", f"{b.head}:{p}").returncode == 0
+        )
+        if b.head
+        else None,
+    )
     add("claims", list(dict.fromkeys(p for c in checked for p in c.problems)))
     add(
         f"at most {MAX_OPEN} pull requests in a stack",
@@ -129,7 +152,6 @@ def run_checks(
         if max(n_groups, stack_len) > MAX_OPEN
         else [],
     )
-    counted = rfc_lines(tree, b.lower or state.base or "", b.head) if b.head else 0
     rfc = b.group.rfc
     add(
         f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
@@ -141,9 +163,7 @@ def run_checks(
         ],
         f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""),
     )
-    add(
-        "pre-commit on the changed files", *precommit(t, tree, b, state.base or "", strict, log_dir)
-    )
+    add("pre-commit on the changed files", *pre)
     return out
 
 
@@ -158,7 +178,7 @@ def precommit(
     if not b.head:
         return None, "not built"
     if git.run(tree, "cat-file", "-e", f"{b.head}:{lint.CONFIG}").returncode != 0:
-        return None, f"not run: the target tree has no {lint.CONFIG}"
+        return [], f"{NO_HOOKS}: the target tree has no {lint.CONFIG}"
     try:
         lint.require_tools()
     except ToolkitError as e:
@@ -187,6 +207,31 @@ def rfc_lines(tree: Path, lower: str, head: str) -> int:
 # --- the session -------------------------------------------------------------
 
 
+def require_exported(t: Target) -> None:
+    """The pull requests are made of the series as its patch folder holds it:
+    refuse a work tree with work not written there (it would go on without
+    it), or made from patch files that changed since."""
+    tree, state = t.work, State.load(t)
+    work = safety.unsaved_work(tree, state, log=lambda *_: None)
+    if work:
+        raise ToolkitError(
+            "\n".join(
+                [
+                    f"pr: the work tree {tree} holds work not in {t.patches_label}/, which the "
+                    "pull requests would leave out:",
+                    *work.describe(tree),
+                    f"  `{t.cmd('export')}` writes commits there (commit your changes first), "
+                    f"or stash them (`git -C {tree} stash -u`)",
+                ]
+            )
+        )
+    if state.base and state.fingerprint != series.fingerprint(t, state.base):
+        raise ToolkitError(
+            f"pr: {t.patches_label}/ changed since the work tree was made from it: "
+            f"`{t.cmd('apply')}` makes it anew (keeping your work)"
+        )
+
+
 def session(
     root: Path,
     onto: str | None,
@@ -199,6 +244,8 @@ def session(
     push: bool = False,
     remote: str | None = None,
     gh: bool = False,
+    upstream: str | None = None,
+    upstream_ref: str = "HEAD",
     log=print,
 ) -> dict[str, list[dict]]:
     if not signoff:
@@ -209,6 +256,8 @@ def session(
     identity(signoff)
     t = onto_target(root, onto)
     tree = series.applied_tree(t)
+    require_exported(t)
+    safety.clear_stale_locks(tree, "pr", log)
     groups = read_groups(root, manifest)
     if not groups:
         raise ToolkitError("patches/manifest.toml has no [[pr]] tables")
@@ -220,79 +269,34 @@ def session(
     template = tree / TEMPLATE
     if not template.is_file():
         raise ToolkitError(f"{template} does not exist: the target tree has no PR template")
+    main = mainline.fetch(tree, upstream, upstream_ref) if upstream else None
+    if main:
+        log(f"pr: upstream main {main[0][:12]} ({main[1]}) from {upstream} {upstream_ref}")
     out_root = out_dir or t.out("pr")
     results: dict[str, list[dict]] = {}
     failed = []
+    run = Run(
+        t,
+        tree,
+        built,
+        st,
+        state,
+        head,
+        template.read_text(),
+        main,
+        others,
+        out_root,
+        signoff,
+        len(groups),
+        check or push,
+        log,
+    )
     for g in order(groups):
-        b = built[g.name]
-        files = (
-            sorted(git.git(tree, "diff", "--name-only", b.lower or state.base, b.head).split())
-            if b.head
-            else []
-        )
-        blobs = head_blobs(tree, [b.head, head] if b.head else [head], files)
-        checked = [claims.check(root, c, blobs, g.changed_since) for c in g.claims]
-        dup = (
-            duplicates.check(tree, state.base, b.head, b.lower or state.base, g.keywords, others)
-            if others and b.head
-            else None
-        )
-        body = prbody.render(
-            root,
-            tree,
-            template.read_text(),
-            g,
-            b,
-            built,
-            st,
-            checked,
-            dup,
-            state.base_label or "",
-            base=state.base,
-        )
-        dest = out_root / g.name
-        dest.mkdir(parents=True, exist_ok=True)
-        (dest / "title.txt").write_text(g.title + "\n")
-        (dest / "body.md").write_text(body)
-        prev = b.version - 1
-        refs = versions(gitpython().Repo(tree), g.name)
-        if b.head and prev in refs:
-            rd = git.git(tree, "range-diff", "--no-color", state.base, refs[prev], b.head)
-        else:
-            rd = f"v{b.version}: no previous version\n"
-        (dest / "range-diff.txt").write_text(rd)
-        res = run_checks(
-            t,
-            tree,
-            b,
-            body,
-            checked,
-            signoff,
-            len(groups),
-            len(st[g.name]),
-            strict=check or push,
-            log_dir=dest,
-        )
-        (dest / "check.json").write_text(
-            json.dumps(
-                {
-                    "name": g.name,
-                    "ref": b.ref,
-                    "head": b.head,
-                    "version": b.version,
-                    "title": g.title,
-                    "checks": res,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        res = run.one(g)
         results[g.name] = res
-        bad = [c for c in res if c["ok"] is False]
-        log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
-        for c in bad:
-            for p in c["problems"]:
-                failed.append(f"{g.name}: {c['check']}: {p}")
+        for c in res:
+            if c["ok"] is False:
+                failed += [f"{g.name}: {c['check']}: {p}" for p in c["problems"]]
     if (check or push) and failed:
         raise ToolkitError(
             "pr --check failed:\n"
@@ -302,6 +306,104 @@ def session(
     if push:
         publish(tree, [built[g.name] for g in order(groups)], out_root, remote, gh, log)
     return results
+
+
+@dataclass
+class Run:
+    """What every pull request of one session shares."""
+
+    t: Target
+    tree: Path
+    built: dict[str, Built]
+    stacks: dict
+    state: State
+    head: str  # the series head
+    template: str
+    main: tuple[str, str] | None  # upstream main's (commit, date), with --upstream
+    others: Path | None
+    out_root: Path
+    signoff: str
+    n_groups: int
+    strict: bool
+    log: Callable[[str], object]
+
+    def one(self, g) -> list[dict]:
+        """One pull request: its claims, body, range-diff and checks, into
+        ``out_root/<name>``."""
+        return _one(self, g)
+
+
+def _one(run: Run, g) -> list[dict]:
+    t, tree, state, b = run.t, run.tree, run.state, run.built[g.name]
+    root, main, others, log = t.root, run.main, run.others, run.log
+    base = state.base or ""
+    start = b.lower or base
+    files = sorted(git.git(tree, "diff", "--name-only", start, b.head).split()) if b.head else []
+    blobs = head_blobs(tree, [b.head, run.head] if b.head else [run.head], files)
+    checked = [claims.check(root, c, blobs, g.changed_since, state.base_label) for c in g.claims]
+    dup = (
+        duplicates.check(tree, base, b.head, start, g.keywords, others)
+        if others and b.head
+        else None
+    )
+    dest = run.out_root / g.name
+    dest.mkdir(parents=True, exist_ok=True)
+    pre = precommit(t, tree, b, base, run.strict, dest)
+    counted = rfc_lines(tree, start, b.head) if b.head else 0
+    on_main = (
+        mainline.check(tree, t.out("pr") / ".upstream", *main, base, b.head)
+        if main and b.head
+        else None
+    )
+    ctx = prbody.Context(
+        state.base_label or "",
+        state.base,
+        on_main.words() if on_main else "",
+        counted,
+        None if pre[0] is None else not pre[0],
+        hooks=not pre[1].startswith(NO_HOOKS),
+    )
+    body = prbody.render(
+        root, tree, run.template, g, b, run.built, run.stacks, checked, dup, ctx, blobs
+    )
+    (dest / "title.txt").write_text(g.title + "\n")
+    (dest / "body.md").write_text(body)
+    prev = b.version - 1
+    refs = versions(gitpython().Repo(tree), g.name)
+    if b.head and prev in refs:
+        rd = git.git(tree, "range-diff", "--no-color", base, refs[prev], b.head)
+    else:
+        rd = f"v{b.version}: no previous version\n"
+    (dest / "range-diff.txt").write_text(rd)
+    res = run_checks(
+        t,
+        tree,
+        b,
+        body,
+        checked,
+        run.signoff,
+        run.n_groups,
+        len(run.stacks[g.name]),
+        counted,
+        pre,
+        on_main,
+    )
+    record = {
+        "name": g.name,
+        "ref": b.ref,
+        "head": b.head,
+        "version": b.version,
+        "title": g.title,
+        "checks": res,
+    }
+    (dest / "check.json").write_text(json.dumps(record, indent=2) + "\n")
+    bad = [c for c in res if c["ok"] is False]
+    log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
+    if asks := bodycheck.declarations(body):
+        log(f"pr {g.name}: the checklist leaves to you: " + "; ".join(asks))
+    if not others:
+        log(f"pr {g.name}: no duplicate check (--others DIR of open pull requests not given)")
+    return res
 
 
 def publish(

@@ -14,7 +14,7 @@ import hashlib
 import time
 from pathlib import Path
 
-from serieskit import git
+from serieskit import git, killpoint
 from serieskit.errors import ToolkitError
 from serieskit.series import base, safety, target
 from serieskit.series.series import (
@@ -23,7 +23,9 @@ from serieskit.series.series import (
     Where,
     check_patches,
     fingerprint,
+    finish_interrupted_export,
     read_series,
+    stopped_message,
 )
 from serieskit.series.target import Target
 from serieskit.state import State
@@ -43,6 +45,15 @@ def apply(where: Where, force: bool = False, log=print) -> State:
 
     if state.rebase_stopped:
         raise ToolkitError(stopped_message(t, state))
+    # The pin is checked (and its base made) before anything is moved aside.
+    base_commit, _ = base.ensure_base(repo, t.version, t.sha256, t.commit, log=log)
+    safety.clear_stale_locks(repo, "apply", log)
+    if finish_interrupted_export(t, state, log) is False and not force:
+        raise ToolkitError(
+            f"an export was interrupted as it wrote {t.patches_label}/ (some files new, some "
+            f"old): `{t.cmd('export')}` writes it again (it keeps what it replaces under "
+            f"{safety.BACKUP_DIR}/); `{t.cmd('apply', '--force')}` applies the files as they are"
+        )
     op = git.operation_in_progress(repo)
     if op == "am" and state.in_progress in ("apply", "continue"):
         # Our own am, killed midway: git's abort restores HEAD and keeps
@@ -78,6 +89,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         export_cmd=t.cmd("export"),
         extra_known=_left_by_interrupted_apply(repo, state, names, patches),
         keep=_keep_by_hand(t, state),
+        checkout_of=_checkout_cut_short(repo, state),
     )
     if moved and (head := git.rev(repo, "HEAD")):
         log(
@@ -85,7 +97,6 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"{safety.backup_ref(repo, head, 'rebased')}"
         )
 
-    base_commit, _ = base.ensure_base(repo, t.version, t.sha256, t.commit, log=log)
     fp = fingerprint(t, base_commit)
     head = git.rev(repo, "HEAD")
     if (
@@ -116,6 +127,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         started_from=safety.tips(repo),
     )
     state.save(t)
+    killpoint.reach("apply.started")
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
     apply_each(t, state, names, patches, log)
     state.in_progress = None
@@ -126,6 +138,16 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         f"{(state.head or '')[:12]} ({time.monotonic() - start:.1f} s)"
     )
     return state
+
+
+def _checkout_cut_short(repo: Path, state: State) -> str | None:
+    """The base, when an apply was killed inside its checkout of it: HEAD has
+    not moved yet (still where the apply started, or unborn in a fresh
+    repository), and the tree may hold files that checkout wrote."""
+    if state.in_progress != "apply" or not state.base:
+        return None
+    head = git.rev(repo, "HEAD")
+    return state.base if head is None or head in state.started_from else None
 
 
 def _keep_by_hand(t: Target, state: State) -> str | None:
@@ -142,19 +164,6 @@ def _keep_by_hand(t: Target, state: State) -> str | None:
             f"{state.failed} and applies the rest, then `{t.cmd('export')}` writes it out"
         )
     return None
-
-
-def stopped_message(t: Target, state: State) -> str:
-    """Why a session refuses while a rebase or a carry is stopped at a conflict."""
-    if state.rebase and state.rebase.kind == "carry":
-        return (
-            f"a carry to the port is stopped at a conflict: finish it with "
-            f"`nox -s carry -- {t.version} --continue` or give up with `--abort`"
-        )
-    return (
-        "a rebase is stopped at a conflict: finish it with "
-        "`nox -s rebase -- --continue` or give up with `--abort`"
-    )
 
 
 def _left_by_interrupted_apply(
@@ -187,8 +196,8 @@ def made_since(
     """The last of the commits on top of ``since`` that are the toolkit's, one
     per next patch of the series (after ``applied``), in order: its committer,
     the patch's subject. None when the first one is not."""
-    if git.rev(repo, since) is None:
-        return None
+    if git.rev(repo, since) is None or git.rev(repo, "HEAD") is None:
+        return None  # HEAD unborn: a first checkout killed; no commit was made
     out = git.git(repo, "log", "--reverse", "--format=%H%x00%cn%x00%s", f"{since}..HEAD")
     ours = None
     for i, line in enumerate(out.splitlines()):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from serieskit import git
+from serieskit import files, git
 from serieskit.errors import ToolkitError, failed, last_line
 from serieskit.series import _pipfetch as pipfetch
 
@@ -156,7 +156,8 @@ def write_pin(root: Path, pin: Pin) -> None:
     """Write the [base] table; the [[port]] tables there stay as they are."""
     path = root / PIN_FILE
     ports = read_ports(root) if path.exists() else []
-    path.write_text(
+    files.write(
+        path,
         "# The upstream vLLM release the series applies to: its source\n"
         "# distribution from PyPI, that file's sha256, and the id of the base\n"
         "# commit the toolkit makes of it (the same on every machine).\n"
@@ -165,7 +166,7 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
         + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else "")
-        + "".join(_port_table(p) for p in ports)
+        + "".join(_port_table(p) for p in ports),
     )
 
 
@@ -185,7 +186,7 @@ def _port_table(port: Port) -> str:
 def add_port(root: Path, port: Port) -> None:
     """Append a [[port]] table to pin.toml (checked as it will be read)."""
     path = root / PIN_FILE
-    path.write_text(path.read_text().rstrip("\n") + "\n" + _port_table(port))
+    files.write(path, path.read_text().rstrip("\n") + "\n" + _port_table(port))
     read_ports(root)
 
 
@@ -193,7 +194,13 @@ DOWNLOAD_LOCK = ".download.lock"  # in the cache folder
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("VLLM_SERIES_CACHE") or os.path.join(
+    given = os.environ.get("VLLM_SERIES_CACHE")
+    if given and os.path.exists(given) and not os.path.isdir(given):
+        raise ToolkitError(
+            f"VLLM_SERIES_CACHE={given} is a file, not a folder: point it at a folder "
+            "(or unset it for ~/.cache/vllm-series)"
+        )
+    root = given or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
         "vllm-series",
     )
@@ -271,7 +278,7 @@ def _fetch_locked(path: Path, name: str, version: str, sha256: str | None, log) 
         part.unlink(missing_ok=True)  # a failed download; the cached file is untouched
         raise
     part.replace(path)
-    path.with_suffix(".sha256").write_text(digest + "\n")
+    files.write(path.with_suffix(".sha256"), digest + "\n")
     return path, digest
 
 

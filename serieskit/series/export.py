@@ -11,18 +11,22 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git, killpoint
 from serieskit.errors import ToolkitError
 from serieskit.series import safety, target
-from serieskit.series.apply import stopped_message, stopped_ways
+from serieskit.series.apply import stopped_ways
 from serieskit.series.series import (
     BRANCH,
     SERIES,
     Where,
     check_manifest,
     fingerprint,
+    fingerprint_of,
+    finish_interrupted_export,
     format_patches,
     read_series,
+    record_export,
+    stopped_message,
 )
 from serieskit.state import State
 
@@ -72,7 +76,7 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
             f"HEAD is {where_} in {repo}: export writes the branch "
             f"`{BRANCH}`; `git -C {repo} checkout {BRANCH}` first"
         )
-    if not force and state.fingerprint != fingerprint(t, state.base):
+    if not force and not state.exporting and state.fingerprint != fingerprint(t, state.base):
         raise ToolkitError(
             f"{label}/ changed since the work tree was made from it: `{t.cmd('apply')}` takes "
             f"those changes (it keeps your work first), or `{t.cmd('export', '--force')}` "
@@ -88,8 +92,17 @@ def export(where: Where, check: bool = False, force: bool = False, log=print) ->
     """
     t = target.of(where)
     state = State.load(t)
+    if not check:
+        finish_interrupted_export(t, state, log)
     repo = require_exportable(t, state, force=force or check)
     assert state.base
+    for left in files.clear_leftovers(t.patches):
+        log(f"export: removed {left}, a file a killed export left half-made")
+    if state.exporting and not check:
+        log(
+            f"export: an earlier export was interrupted as it wrote {t.patches_label}/; "
+            "writing it again"
+        )
     dirty = git.dirty_files(repo)
     if dirty:
         log(f"export: {len(dirty)} uncommitted file(s) in the work tree are not exported")
@@ -120,17 +133,19 @@ def export(where: Where, check: bool = False, force: bool = False, log=print) ->
         [pdir / n for n in changed + removed] + ([series_path] if series_changed else []),
         "export",
     )
-    for name in changed:
-        (pdir / name).write_bytes(new[name])
+    # Noted first: a kill from here on leaves a record that the next session
+    # finishes (every file written) or that makes export write them again.
+    state.exporting = git.rev(repo, "HEAD")
+    state.export_fingerprint = fingerprint_of(state.base, [(n, new[n]) for n in names])
+    state.save(t)
+    for name in changed:  # each file whole or not at all
+        files.write(pdir / name, new[name])
     for name in removed:
         (pdir / name).unlink()
     if series_changed:
-        series_path.write_text(series_text)
-    state.head = git.rev(repo, "HEAD")
-    state.fingerprint = fingerprint(t, state.base)
-    state.total = state.applied = len(names)
-    state.continued_head, state.sources = None, []  # patches finished by hand now written
-    state.save(t)
+        files.write(series_path, series_text)
+    killpoint.reach("export.written")
+    record_export(t, state, state.exporting, state.export_fingerprint, len(names))
     log(f"export: {len(names)} patch(es); {len(changed)} written, {len(removed)} removed")
     for name in changed:
         log(f"  wrote {label}/{name}")

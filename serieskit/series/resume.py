@@ -20,7 +20,6 @@ from serieskit.series.apply import (
     conflicted,
     made_since,
     patch_sha256,
-    stopped_message,
 )
 from serieskit.series.series import (
     BRANCH,
@@ -31,6 +30,7 @@ from serieskit.series.series import (
     check_patches,
     fingerprint,
     read_series,
+    stopped_message,
 )
 from serieskit.series.target import Target
 from serieskit.state import State
@@ -54,7 +54,7 @@ def cont(where: Where, log=print) -> State:
         raise ToolkitError(_nothing_to_continue(t, state))
     names = read_series(t)
     patches = check_patches(t, names)
-    safety.check_index_lock(repo, "apply --continue")
+    safety.clear_stale_locks(repo, "apply --continue", log)
     op = git.operation_in_progress(repo)
     if op == "am" and resumed:
         git.git(repo, "am", "--abort")  # our own, killed midway (as apply repairs it)

@@ -72,7 +72,13 @@ def backup_ref(repo: Path, commit: str, why: str) -> str:
 
 
 def stash(repo: Path, why: str) -> str:
-    """Stash every uncommitted change, untracked files included."""
+    """Stash every uncommitted change, untracked files included, and say
+    which stash holds them. Paths a stopped merge left unmerged are staged
+    first as the work tree has them (git stash refuses an unmerged index):
+    a resolution half-made in a conflicted file is kept as it is."""
+    unmerged = git.git(repo, "diff", "--name-only", "-z", "--diff-filter=U").split("\0")
+    if unmerged := [p for p in unmerged if p]:
+        git.git(repo, "add", "-A", "--", *unmerged)
     git.git(
         repo,
         "stash",
@@ -82,7 +88,8 @@ def stash(repo: Path, why: str) -> str:
         f"serieskit {stamp()}: {why}",
         env={"GIT_AUTHOR_NAME": git.COMMITTER[0], "GIT_AUTHOR_EMAIL": git.COMMITTER[1]},
     )
-    return "stash@{0}"
+    commit = git.rev(repo, "refs/stash") or "?"
+    return f"stash@{{0}} ({commit[:12]})"
 
 
 def backup_dir(root: Path, why: str) -> Path:
@@ -128,12 +135,30 @@ class Unsaved:
         return lines
 
 
-def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) -> Unsaved:
+def unsaved_work(
+    repo: Path,
+    state: State,
+    extra_known: tuple[str, ...] = (),
+    checkout_of: str | None = None,
+    log=print,
+) -> Unsaved:
     """Uncommitted changes, and commits on HEAD or the series branch that are
-    neither what the toolkit last wrote nor already in a backup ref."""
-    if not git.is_repo(repo) or git.rev(repo, "HEAD") is None:
+    neither what the toolkit last wrote nor already in a backup ref. With
+    ``checkout_of``, a checkout of that commit was killed half-way: the
+    files that are as in it are what it wrote, not changes of the user's."""
+    if not git.is_repo(repo):
         return Unsaved([], [], [])
     dirty = git.dirty_files(repo)
+    if checkout_of and dirty:
+        written = git.paths_as_in(repo, checkout_of, git.changed_paths(repo))
+        if written:
+            log(
+                f"  {len(written)} file(s) in {repo} are as the interrupted checkout of "
+                f"{checkout_of[:12]} wrote them: not yours, checked out again"
+            )
+            dirty = [line for line in dirty if _path_of(line) not in written]
+    if git.rev(repo, "HEAD") is None:  # a fresh repository: no commit can be the user's
+        return Unsaved(dirty, [], [])
     tips = [t for t in TIPS if git.rev(repo, t)]
     known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
     # Commits under a backup ref are saved, base commits are the toolkit's own.
@@ -145,6 +170,12 @@ def unsaved_work(repo: Path, state: State, extra_known: tuple[str, ...] = ()) ->
     commits = [tuple(line.split(" ", 1)) for line in out.splitlines() if line]
     with_tip = [t for t in tips if git.git(repo, "rev-list", "--count", t, *exclude).strip() != "0"]
     return Unsaved(dirty, commits, with_tip)  # type: ignore[arg-type]
+
+
+def _path_of(status_line: str) -> str:
+    """The path of a ``git status --porcelain`` line (a rename's new one)."""
+    path = status_line[3:].split(" -> ")[-1]
+    return path[1:-1] if path.startswith('"') else path
 
 
 def tips(repo: Path) -> list[str]:
@@ -162,11 +193,12 @@ def guard(
     extra_known: tuple[str, ...] = (),
     export_cmd: str = "nox -s export",
     keep: str | None = None,
+    checkout_of: str | None = None,
 ) -> None:
     """Refuse ``action`` over the user's work; with ``force``, save it first.
     ``keep`` says how the user keeps it (default: commit and export)."""
-    check_index_lock(repo, action)
-    work = unsaved_work(repo, state, extra_known)
+    clear_stale_locks(repo, action, log)
+    work = unsaved_work(repo, state, extra_known, checkout_of, log)
     if not work:
         return
     if not force:
@@ -184,15 +216,26 @@ def guard(
     save(repo, work, action, log)
 
 
-def check_index_lock(repo: Path, action: str) -> None:
-    """A git running in the work tree, or killed there, holds its index:
-    refuse before moving anything, --force or not; only the user can tell
-    which it is."""
-    if not git.is_repo(repo):
+def clear_stale_locks(repo: Path, action: str, log=print) -> None:
+    """Lock files in the work tree's git folder (index.lock, HEAD.lock, a
+    branch's .lock, ...): held by a git that runs there, they stop ``action``
+    before it moves anything, --force or not; left by one that was killed
+    (no git runs there, and this session holds .work/lock), they are stale,
+    and removed with a line saying so. Where the system cannot tell (no
+    /proc), the user has to."""
+    if not git.is_repo(repo) or not (locks := git.lock_files(repo)):
         return
-    lock = git.gitdir(repo) / "index.lock"
-    if lock.exists():
-        raise ToolkitError(f"{action}: {stale_lock(str(lock))}")
+    holders = git.processes_in(repo)
+    if holders is None:
+        raise ToolkitError(f"{action}: {stale_lock(str(locks[0]))}")
+    if holders:
+        raise ToolkitError(
+            f"{action}: {locks[0]} is held by a git running in {repo} (pid "
+            f"{', '.join(map(str, holders))}): wait for it to end, then run this again"
+        )
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+        log(f"{action}: removed {lock}: a stale lock (no git runs in {repo}; one was killed there)")
 
 
 def save(repo: Path, work: Unsaved, why: str, log=print) -> None:
@@ -205,6 +248,11 @@ def save(repo: Path, work: Unsaved, why: str, log=print) -> None:
             ref = backup_ref(repo, commit, why)
             log(f"{why}: kept {len(work.commits)} unexported commit(s) of {tip} as {ref}")
     if work.dirty:
+        if git.rev(repo, "HEAD") is None:
+            raise ToolkitError(
+                f"{why}: {repo} has no commit yet, so its files cannot be stashed: "
+                "move them aside, then run this again"
+            )
         where = stash(repo, f"saved by {why} --force")
         log(
             f"{why}: stashed {len(work.dirty)} uncommitted file(s) as {where} "

@@ -59,10 +59,57 @@ def work_repo(where: Where) -> Path:
 
 
 def applied_tree(where: Where) -> Path:
+    """The work tree, for a session that reads it: refused unless it holds
+    the whole series (no apply stopped or interrupted, no rebase or carry
+    stopped in it), with the command that goes on."""
     t = target.of(where)
-    if not git.is_repo(t.work) or not State.load(t).base:
+    state = State.load(t)
+    if not git.is_repo(t.work) or not state.base:
         raise ToolkitError(f"no work tree: run `{t.cmd('apply')}` first")
+    if reason := unfinished(t, state):
+        raise ToolkitError(f"{t.work} does not hold the whole series: {reason}")
     return t.work
+
+
+def stopped_message(t: Target, state: State) -> str:
+    """Why a session refuses while a rebase or a carry is stopped (at a
+    conflict, or interrupted inside a step), and the commands that go on."""
+    rb = state.rebase
+    carry = rb is not None and rb.kind == "carry"
+    what = "a carry to the port" if carry else "a rebase"
+    session = f"nox -s carry -- {t.version}" if carry else "nox -s rebase --"
+    if state.rebase_interrupted:
+        return (
+            f"{what} was interrupted (killed) inside a step: `{session} --abort` goes back to "
+            "where it started, keeping what the work tree holds in a stash; then start it again"
+        )
+    return (
+        f"{what} is stopped at a conflict: finish it with `{session} --continue` "
+        f"or give up with `{session} --abort`"
+    )
+
+
+def unfinished(t: Target, state: State) -> str | None:
+    """Why the work tree does not hold the whole series, with the way on."""
+    if state.rebase_stopped:
+        return stopped_message(t, state)
+    if state.in_progress == "continue":
+        return (
+            f"an apply --continue did not finish ({state.applied} of {state.total} patches "
+            f"applied): `{t.cmd('apply', '--continue')}` goes on"
+        )
+    if state.in_progress:
+        return (
+            f"an apply did not finish ({state.applied} of {state.total} patches applied): "
+            f"`{t.cmd('apply')}` redoes it"
+        )
+    if state.failed:
+        return (
+            f"an apply stopped at {state.failed} ({state.applied} of {state.total} patches "
+            f"applied): finish that patch by hand and `{t.cmd('apply', '--continue')}`, or fix "
+            f"the patch file and `{t.cmd('apply')}`"
+        )
+    return None
 
 
 # --- patches/ --------------------------------------------------------------
@@ -114,8 +161,14 @@ class PatchFile:
     inserted: int
     deleted: int
     stat: tuple[int, int, int] | None  # files, insertions, deletions of its summary line
+    # (path, its blob after the patch; None where the patch deletes it), from
+    # the diffs' `index` lines (written with --full-index)
+    blobs: tuple[tuple[str, str | None], ...] = ()
+    lines: tuple[tuple[str, int], ...] = ()  # (path, lines its hunks insert or delete)
 
 
+_INDEX = re.compile(r"^index [0-9a-f]+\.\.([0-9a-f]+)(?: \d+)?$")
+_NO_BLOB = re.compile(r"^0+$")
 _STAT = re.compile(
     r"^ (\d+) files? changed(?:, (\d+) insertions?\(\+\))?"
     r"(?:, (\d+) deletions?\(-\))?$",
@@ -136,21 +189,34 @@ def read_patch(path: Path) -> PatchFile:
     trailer = re.search(rf"^{NAME_TRAILER}: *(\S+) *$", head, re.M)
     stat = _STAT.search(head)
     files: set[str] = set()
+    blobs: dict[str, str | None] = {}
+    lines: dict[str, int] = {}
     diffs = inserted = deleted = 0
     in_hunk = False
+    current = None  # the path of the diff being read
     for line in body.splitlines():
         if line.startswith("diff --git "):
             diffs += 1
             in_hunk = False
             m = re.match(r"diff --git a/(\S+) b/(\S+)$", line)
+            current = m.group(2) if m else None
             if m:
                 files.update(m.groups())
         elif line.startswith("@@"):
             in_hunk = True
+        elif not in_hunk and current and (index := _INDEX.match(line)):
+            blob = index.group(1)
+            blobs[current] = None if _NO_BLOB.match(blob) else blob
+        elif not in_hunk and line.startswith("rename from "):
+            blobs[line.removeprefix("rename from ")] = None
         elif in_hunk and line.startswith("+"):
             inserted += 1
+            if current:
+                lines[current] = lines.get(current, 0) + 1
         elif in_hunk and line.startswith("-"):
             deleted += 1
+            if current:
+                lines[current] = lines.get(current, 0) + 1
     return PatchFile(
         subject,
         trailer.group(1) if trailer else None,
@@ -159,7 +225,20 @@ def read_patch(path: Path) -> PatchFile:
         inserted,
         deleted,
         tuple(int(g or 0) for g in stat.groups()) if stat else None,  # type: ignore[arg-type]
+        tuple(sorted(blobs.items())),
+        tuple(sorted(lines.items())),
     )
+
+
+def head_blobs(patches: list[PatchFile]) -> dict[str, str | None]:
+    """The blob of every file the series changes at the series head, from
+    its patch files in order (the last patch that touches a file has the
+    last word; None: deleted), without applying them. A file renamed
+    without a change has no `index` line, and so no blob here."""
+    out: dict[str, str | None] = {}
+    for patch in patches:
+        out.update(patch.blobs)
+    return out
 
 
 def patch_problem(patch: PatchFile) -> str | None:
@@ -200,13 +279,49 @@ def fingerprint(where: Where, base_commit: str) -> str:
     """Of the base and the patch folder as they are; a missing series file
     counts as a change, never as an error (export may write it)."""
     t = target.of(where)
-    h = hashlib.sha256(base_commit.encode())
     if not (t.patches / SERIES).exists():
-        return h.hexdigest() + "-no-series"
-    for name in read_series(t):
+        return hashlib.sha256(base_commit.encode()).hexdigest() + "-no-series"
+    return fingerprint_of(
+        base_commit, [(name, (t.patches / name).read_bytes()) for name in read_series(t)]
+    )
+
+
+def fingerprint_of(base_commit: str, patches: list[tuple[str, bytes]]) -> str:
+    """The fingerprint of a patch folder that holds ``patches`` (name, bytes), in order."""
+    h = hashlib.sha256(base_commit.encode())
+    for name, data in patches:
         h.update(b"\0" + name.encode() + b"\0")
-        h.update((t.patches / name).read_bytes())
+        h.update(data)
     return h.hexdigest()
+
+
+# --- an export's record --------------------------------------------------------
+
+
+def record_export(where: Where, state: State, head: str | None, fp: str, count: int) -> None:
+    """Note that the patch folder now holds the work tree's series at ``head``."""
+    state.head, state.fingerprint = head, fp
+    state.total = state.applied = count
+    state.continued_head, state.sources = None, []  # patches finished by hand now written
+    state.exporting = state.export_fingerprint = None
+    state.save(target.of(where))
+
+
+def finish_interrupted_export(where: Where, state: State, log=print) -> bool | None:
+    """After an export killed as it wrote the patch folder: if it had written
+    every file, note so (as it would have) and return True; False when it
+    had not (``export`` writes them again); None when no export was cut short."""
+    t = target.of(where)
+    if not state.exporting or not state.base:
+        return None
+    if fingerprint(t, state.base) != state.export_fingerprint:
+        return False
+    record_export(t, state, state.exporting, state.export_fingerprint or "", len(read_series(t)))
+    log(
+        f"export: an earlier export had written {t.patches_label}/ whole when it was "
+        "interrupted; noted as done"
+    )
+    return True
 
 
 # --- format-patch ----------------------------------------------------------

@@ -38,12 +38,12 @@ import shlex
 import shutil
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git, killpoint
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, export, safety, series
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
-from serieskit.upstream import rebase
+from serieskit.upstream import stops
 from serieskit.upstream.carry_record import (
     CARRIED,
     PinPatch,
@@ -191,8 +191,15 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
     """Carry every change of the pin's patches since the last carry to the
     port (module docstring); nothing moves before every check has passed."""
     git.require_version()
+    before = State.load(port)
+    if before.rebase and before.rebase.kind == "carry" and before.rebase.done:
+        log(f"carry: an earlier carry to {port.version} was interrupted as it finished; finishing")
+        finish(port, log)
+        return
     pins = pin_patches(pin)
     carried = read_carried(port)
+    if git.is_repo(port.work):  # the pin checked before anything is moved aside
+        base.ensure_base(port.work, pin.version, pin.sha256, pin.commit, log=log)
     apply.apply(port, force=force, log=log)  # a no-op when current; refuses over your work
     repo = port.work
     state = State.load(port)
@@ -231,13 +238,12 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
         log(f"carry: {x.name}: new in the pin's series, picked into the port")
     for n in p.dropped:
         log(f"carry: {n}: gone from the pin's series, dropped from the port")
-    rebase.load_resolutions(port, repo, log)
+    stops.load_resolutions(port, repo, log)
     todo_file = port.out("carry") / "todo"
-    todo_file.write_text(todo)
-    proc = git.run(
-        repo,
-        *rebase.RERERE,
-        "rebase",
+    files.write(todo_file, todo)
+    killpoint.reach("carry.started")
+    proc = stops.run_git(
+        port,
         "-i",
         "--committer-date-is-author-date",
         "--no-autosquash",
@@ -248,7 +254,7 @@ def start(pin: Target, port: Target, force: bool = False, log=print) -> None:
         series.BRANCH,
         env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo_file))}"},
     )
-    rebase.run_to_stop(port, proc, lambda: finish(port, log), log)
+    stops.run_to_stop(port, proc, lambda: finish(port, log), log)
 
 
 def _require_manifest_entries(port: Target, p: Plan) -> None:
@@ -297,10 +303,13 @@ def _pin_side(
     wanted = {x.name for x in p.changed} | {x.name for x in p.new}
     last = max(i for i, x in enumerate(pins) if x.name in wanted)
     work = port.out("carry")
+    tree = work / "pin"
+    if git.drop_worktree(port.work, tree):
+        log(f"carry: removed the worktree {tree} that an interrupted carry left")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    tree = work / "pin"
     git.git(port.work, "worktree", "add", "-q", "--detach", str(tree), pin_base)
+    killpoint.reach("carry.pin-side")
     steps: dict[str, str] = {}
     try:
         old_chain: dict[str, str] = {}
@@ -323,8 +332,7 @@ def _pin_side(
             elif x.name in wanted:
                 steps[x.name] = new
     finally:
-        git.run(port.work, "worktree", "remove", "--force", str(tree))
-        git.run(port.work, "worktree", "prune")
+        git.drop_worktree(port.work, tree)
     log(f"carry: {len(steps)} change(s) of the pin's series made on vLLM {pin.version}")
     return steps
 
@@ -382,14 +390,21 @@ def finish(port: Target, log=print) -> None:
     state = State.load(port)
     rb = state.rebase
     assert rb and rb.kind == "carry"
-    rebase.save_resolutions(port, repo, log)
-    head = git.rev(repo, "HEAD")
-    state.rebase, state.head = None, head
-    state.applied = state.total = len(git.commits(repo, f"{state.base}..HEAD"))
-    state.save(port)
+    stops.save_resolutions(port, repo, log)
+    if not rb.done:
+        # Done, but kept until carried.toml is written: a kill before that
+        # leaves a carry that `carry` (or --continue) finishes.
+        rb.done = True
+        state.head = git.rev(repo, "HEAD")
+        state.applied = state.total = len(git.commits(repo, f"{state.base}..HEAD"))
+        state.save(port)
+    killpoint.reach("carry.finishing")
     backup = safety.backup_ref(repo, rb.old_head, "carry")
     export.export(port, log=log)
     write_carried(port, rb.carried, log)
+    state = State.load(port)
+    state.rebase = None
+    state.save(port)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
     log(
         f"carry: done; {port.patches_label}/ and {CARRIED} written (the port before the "
@@ -398,13 +413,18 @@ def finish(port: Target, log=print) -> None:
 
 
 def cont(port: Target, log=print) -> None:
+    rb = State.load(port).rebase
+    if rb is not None and rb.kind == "carry" and rb.done:
+        log("carry: the carry was interrupted as it finished; finishing it")
+        finish(port, log)
+        return
     _require_carry(port)
-    rebase.cont(port, log, finish=lambda: finish(port, log))
+    stops.cont(port, lambda: finish(port, log), log)
 
 
 def abort(port: Target, log=print) -> None:
     _require_carry(port)
-    rebase.abort(port, log)
+    stops.abort(port, log)
     shutil.rmtree(port.out("carry"), ignore_errors=True)
 
 

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from serieskit import git
+from serieskit import files, git
 from serieskit.errors import ToolkitError, failed
 from serieskit.series import series
 from serieskit.series.target import Target
@@ -159,7 +159,7 @@ def write_carried(
                 for name, v in left.items()
             ),
         ]
-    (port.patches / CARRIED).write_text("\n".join(lines) + "\n")
+    files.write(port.patches / CARRIED, "\n".join(lines) + "\n")
 
 
 @dataclass

@@ -8,33 +8,35 @@ the series before and after. The pin (and with it patches/) moves with
 ``--update-pin``, given with the target or alone after a finished rebase onto
 a release; a fork's ref never becomes the pin.
 
-Help at each stop: the conflict hunks per file, upstream's own change to those
-files between the old and the new base, the command for zdiff3 markers. A
-resolution is made once: ``git rerere`` records it during the rebase, and
-the records are kept with the series in ``patches/resolutions/`` (loaded
-into the work tree before every rebase, saved after), so the same conflict
-on the next rebase, or on another machine, resolves itself.
+Help at each stop (:mod:`.stops`, with ``--continue`` and ``--abort``): the
+conflict hunks per file, upstream's own change to those files between the old
+and the new base, the command for zdiff3 markers. A resolution is made once:
+``git rerere`` records it during the rebase, and the records are kept with
+the series in ``patches/resolutions/`` (loaded into the work tree before
+every rebase, saved after), so the same conflict on the next rebase, or on
+another machine, resolves itself.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 
-from serieskit import git
-from serieskit.errors import ToolkitError, failed, last_line
+from serieskit import files, git, killpoint
+from serieskit.errors import ToolkitError, last_line
 from serieskit.series import base, export, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
-from serieskit.upstream import rebase_check
+from serieskit.upstream import stops
+from serieskit.upstream.stops import (
+    load_resolutions,
+    run_git,
+    run_to_stop,
+    save_resolutions,
+)
 
 REPORTS = "reports"
-RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
-# rerere on for the rebase's own git calls only (git.STABLE_CONFIG turns it off);
-# autoUpdate stages what a recorded resolution resolved.
-RERERE = ("-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true")
 
 
 def parse_target(target: str) -> tuple[str, str | None, str | None]:
@@ -59,9 +61,7 @@ def start(
     repo = series.work_repo(root)
     state = State.load(root)
     if state.rebase_stopped:
-        raise ToolkitError(
-            "a rebase is already stopped at a conflict: `nox -s rebase -- --continue` or `--abort`"
-        )
+        raise ToolkitError(series.stopped_message(_pin(root), state))
     if not git.is_repo(repo) or not state.complete:
         raise ToolkitError("the work tree is not a complete series: run `nox -s apply` first")
     if op := git.operation_in_progress(repo):
@@ -76,14 +76,18 @@ def start(
         raise ToolkitError(
             "--update-pin needs a PyPI release target (vllm==VERSION): a fork's ref is not a pin"
         )
-    safety.guard(root, repo, state, "rebase", force, log)
     assert state.base and state.base_label and what
+    if not force:  # a refusal moves nothing: before the target is fetched
+        safety.guard(root, repo, state, "rebase", force, log)
+    # The target is fetched and checked before --force moves anything aside.
     if kind == "pypi":
         onto, sha = base.ensure_base(repo, what, None, log=log)
         version, label = what, what
     else:
         assert ref is not None
         onto, sha, version, label = _fetch_git(repo, what, ref, log), "", None, f"{what}@{ref}"
+    if force:
+        safety.guard(root, repo, state, "rebase", force, log)
     old_head = git.rev(repo, "HEAD")
     assert old_head
     state.rebase = RebaseState(
@@ -100,10 +104,9 @@ def start(
     n = len(git.commits(repo, f"{state.base}..HEAD"))
     log(f"rebase: {n} patch(es) from vLLM {state.base_label} onto {label} ({onto[:12]})")
     load_resolutions(root, repo, log)
-    proc = git.run(
-        repo,
-        *RERERE,
-        "rebase",
+    killpoint.reach("rebase.started")
+    proc = run_git(
+        root,
         "--committer-date-is-author-date",
         "--no-autosquash",
         "--onto",
@@ -114,71 +117,18 @@ def start(
     return _after_git(root, proc, log)
 
 
-def cont(where: Path | Target, log=print, finish=None):
-    """Go on after a conflict was resolved; ``finish()`` ends a carry (the
-    toolkit's own rebase writes its report)."""
-    t = target.of(where)
-    repo = t.work
-    state = State.load(t)
-    if finish is None:
-
-        def finish():
-            return _finish(t.root, log)
-
-    if not state.rebase_stopped:
-        raise ToolkitError(
-            f"no {_kind(state) if state.rebase else 'rebase'} is stopped: nothing to continue"
-        )
-    if git.operation_in_progress(repo) != "rebase":
-        return finish()
-    safety.check_index_lock(repo, "rebase --continue")  # else git's failure reads as a stop
-    unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
-    if unresolved:
-        raise ToolkitError(
-            f"unresolved conflicts remain in {', '.join(unresolved)}: "
-            f"edit them, `git -C {repo} add` them, then continue"
-        )
-    stopped = progress(repo)
-    if stopped and state.rebase:
-        state.rebase.resolved.append(stopped[2])
-        state.save(t)
-    proc = git.run(repo, *RERERE, "rebase", "--continue")
-    return run_to_stop(t, proc, finish, log)
+def _pin(root: Path) -> Target:
+    return target.of(root)
 
 
-def abort(where: Path | Target, log=print) -> None:
-    """Back to where the rebase (or carry) started, the patch folder as it was
-    (its resolutions/ included); commits it already made are kept under a
-    backup ref, and the conflicts resolved so far stay in the work tree's
-    rerere cache, where the next rebase or carry finds them."""
-    t = target.of(where)
-    repo = t.work
-    state = State.load(t)
-    if not state.rebase_stopped or state.rebase is None:
-        raise ToolkitError(f"no {_kind(state)} is stopped: nothing to abort")
-    rb = state.rebase
-    kind = rb.kind
-    head = git.rev(repo, "HEAD")
-    if (
-        head
-        and head != rb.onto
-        and git.git(repo, "rev-list", "--count", f"{rb.onto}..{head}").strip() != "0"
-    ):
-        ref = safety.backup_ref(repo, head, f"{kind}-progress")
-        log(f"{kind}: the patches already moved onto {rb.target} are kept as {ref}")
-    if git.operation_in_progress(repo) == "rebase":
-        git.git(repo, "rebase", "--abort")
-    if resolved := len(rb.resolved):
-        log(
-            f"{kind}: the {resolved} conflict step(s) resolved so far stay in "
-            f"{git.gitdir(repo) / 'rr-cache'}: the next {kind} in this work tree reuses them "
-            f"({t.patches_label}/{RESOLUTIONS}/ gets them when one finishes)"
-        )
-    if git.rev(repo, "HEAD") != rb.old_head:
-        git.git(repo, "checkout", "-q", "-B", series.BRANCH, rb.old_head)
-    state.rebase = None
-    state.save(t)
-    log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on vLLM {state.base_label}")
+def cont(root: Path, log=print) -> Path | None:
+    """``rebase --continue``: on after a resolved conflict (:func:`.stops.cont`)."""
+    return stops.cont(root, lambda: _finish(root, log), log)
+
+
+def abort(root: Path, log=print) -> None:
+    """``rebase --abort``: back to where it started (:func:`.stops.abort`)."""
+    stops.abort(root, log)
 
 
 def update_pin(root: Path, log=print) -> None:
@@ -236,204 +186,6 @@ def _after_git(root: Path, proc, log) -> Path | None:
     return run_to_stop(root, proc, lambda: _finish(root, log), log)
 
 
-def run_to_stop(at: Path | Target, proc, finish, log):
-    """Drive a ``git rebase`` (the toolkit's rebase, or a carry) until it
-    finishes (then ``finish()``) or stops at a conflict that no recorded
-    resolution resolves (then the help and an error)."""
-    t = target.of(at)
-    repo = t.work
-    # A stop that recorded resolutions resolved whole goes on by itself.
-    last = None
-    while True:
-        if proc.returncode == 0 and git.operation_in_progress(repo) is None:
-            return finish()
-        if git.operation_in_progress(repo) != "rebase":
-            raise failed("git rebase", proc)  # names a lock file in the way
-        where = progress(repo)
-        if where == last or git.git(repo, "diff", "--name-only", "--diff-filter=U").split():
-            break
-        last = where
-        state = State.load(t)
-        if where and state.rebase:
-            state.rebase.resolved.append(f"{where[2]} (recorded resolution)")
-            state.save(t)
-        log(
-            f"{_kind(state)}: step {where[0] if where else '?'} resolved by a recorded "
-            f"resolution ({t.patches_label}/{RESOLUTIONS}/); going on"
-        )
-        proc = git.run(repo, *RERERE, "rebase", "--continue")
-    for line in conflict_lines(t):
-        log(line)
-    raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost (see above)")
-
-
-def _kind(state: State) -> str:
-    return state.rebase.kind if state.rebase else "rebase"
-
-
-def load_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """The target's resolutions/ into the work tree's rr-cache (git rerere's records)."""
-    t = target.of(where)
-    src = t.patches / RESOLUTIONS
-    if not src.is_dir():
-        return
-    dest = git.gitdir(repo) / "rr-cache"
-    n = 0
-    for entry in sorted(p for p in src.iterdir() if p.is_dir()):
-        if not (dest / entry.name).exists():
-            shutil.copytree(entry, dest / entry.name)
-            n += 1
-    if n:
-        log(f"{n} recorded resolution(s) from {t.patches_label}/{RESOLUTIONS}/ loaded")
-
-
-def save_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """Keep every resolution rerere recorded (preimage + postimage) with the series."""
-    t = target.of(where)
-    cache = git.gitdir(repo) / "rr-cache"
-    dest = t.patches / RESOLUTIONS
-    new = []
-    for entry in sorted(cache.iterdir()) if cache.is_dir() else []:
-        if (entry / "postimage").exists() and not (dest / entry.name).exists():
-            (dest / entry.name).mkdir(parents=True)
-            for name in ("preimage", "postimage"):
-                shutil.copy2(entry / name, dest / entry.name / name)
-            new.append(entry.name)
-    if new:
-        log(
-            f"{len(new)} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
-            "(commit them with the series: the next run reuses them)"
-        )
-
-
-def progress(repo: Path) -> tuple[int, int, str] | None:
-    """(patch number, of how many, its subject) where a rebase is stopped."""
-    merge = git.gitdir(repo) / "rebase-merge"
-    if not merge.exists():
-        return None
-    stopped_file = merge / "stopped-sha"
-    stopped = stopped_file.read_text().strip() if stopped_file.exists() else None
-    done = _count_lines(merge / "done")
-    total = done + _count_lines(merge / "git-rebase-todo")
-    subject = git.commit_subject(repo, stopped) if stopped else "?"
-    return done, total, subject
-
-
-def conflict_lines(at: Path | Target) -> list[str]:
-    """Where a stopped rebase (or carry) is, what upstream changed there, and
-    the commands that go on from there."""
-    t = target.of(at)
-    repo = t.work
-    state = State.load(t)
-    rb = state.rebase
-    assert rb
-    carry = rb.kind == "carry"
-    session = f"carry -- {t.version}" if carry else "rebase --"
-    where = progress(repo)
-    done, total, subject = where or (0, 0, "?")
-    patch = _patch_file(t, subject)
-    files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
-    lines = [
-        (
-            f"carry: the pin's changes onto the port to {t.version}, "
-            f"stopped at step {done}/{total}:"
-            if carry
-            else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"
-        ),
-        f"  patch:  {subject}" + (f" ({t.patches_label}/{patch})" if patch else ""),
-        "  files:  "
-        + (
-            ", ".join(
-                f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict hunk(s))" for f in files
-            )
-            if files
-            else "(none unresolved; see git status)"
-        ),
-    ]
-    if files:
-        stat = git.git(repo, "diff", "--stat=100", rb.old_base, rb.onto, "--", *files)
-        lines.append(f"  upstream changed them from {rb.old_label} to {rb.target}:")
-        lines += [f"    {line.strip()}" for line in stat.splitlines()]
-        lines.append(
-            f"    whole diff: `git -C {repo} diff {rb.old_base[:12]} {rb.onto[:12]} "
-            f"-- {' '.join(files)}`"
-        )
-        lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
-        lines.append(
-            f"  three-way markers (base in the middle): `git -C {repo} checkout "
-            f"--conflict=zdiff3 -- {' '.join(files)}`"
-        )
-    if carry:
-        lines.append(
-            f"  the pin's change being carried: `git -C {repo} show "
-            "REBASE_HEAD` (its interdiff since it was last carried)"
-        )
-    lines += [
-        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
-        f"`nox -s {session} --continue` (the resolution is recorded for next time)",
-        f"  to give up: `nox -s {session} --abort` (back to "
-        f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
-    ]
-    return lines
-
-
-# How many of upstream's new files beside the conflicted ones a stop names.
-ADDED_BESIDE_MAX = 12
-
-
-def patch_added_files(repo: Path) -> list[str]:
-    """Files that the patch a rebase is stopped at adds (new in its commit)."""
-    stopped_file = git.gitdir(repo) / "rebase-merge" / "stopped-sha"
-    if not stopped_file.exists():
-        return []
-    sha = stopped_file.read_text().strip()
-    out = git.git(
-        repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=A", "--root", sha
-    )
-    return out.split()
-
-
-def added_beside(repo: Path, old_base: str, onto: str, paths: list[str]) -> list[str]:
-    """Files upstream added between the two bases in the folders of ``paths``
-    (the conflicted files and the files the stopped patch adds), direct
-    children only: a new module beside the conflict is often upstream's own
-    version of what the patch does, a semantic conflict without a marker."""
-    folders = sorted({str(Path(p).parent) for p in paths})
-    if not folders:
-        return []
-    out = git.git(repo, "diff", "--name-only", "--diff-filter=A", old_base, onto, "--", *folders)
-    added = [f for f in out.split() if str(Path(f).parent) in folders and f not in paths]
-    if not added:
-        return []
-    lines = [
-        "  upstream added beside them (the same folders; check that the patch "
-        "does not duplicate one):"
-    ]
-    lines += [f"    {f}" for f in added[:ADDED_BESIDE_MAX]]
-    if len(added) > ADDED_BESIDE_MAX:
-        lines.append(
-            f"    ... and {len(added) - ADDED_BESIDE_MAX} more: `git -C {repo} "
-            f"diff --name-only --diff-filter=A {old_base[:12]} {onto[:12]} -- "
-            f"{' '.join(folders)}`"
-        )
-    return lines
-
-
-def _patch_file(t: Target, subject: str) -> str | None:
-    for name in series.read_series(t):
-        if series.read_patch(t.patches / name).subject == subject:
-            return name
-    return None
-
-
-def _count_lines(path: Path) -> int:
-    if not path.exists():
-        return 0
-    return sum(
-        1 for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
-    )
-
-
 def _finish(root: Path, log) -> Path:
     repo = series.work_repo(root)
     state = State.load(root)
@@ -441,6 +193,7 @@ def _finish(root: Path, log) -> Path:
     assert rb
     new_head = git.rev(repo, "HEAD")
     assert new_head
+    killpoint.reach("rebase.finishing")
     save_resolutions(root, repo, log)
     rd = git.git(
         repo, "range-diff", "--no-color", f"{rb.old_base}..{rb.old_head}", f"{rb.onto}..{new_head}"
@@ -510,7 +263,8 @@ def write_report(
     changed = "".join(
         f"| {subject} | {own} | {context} |\n" for subject, own, context in classify(range_diff)
     )
-    path.write_text(
+    files.write(
+        path,
         f"# Rebase of the series: vLLM {rb.old_label} -> {rb.target}\n\n"
         f"- date: {time.strftime('%Y-%m-%d', time.gmtime())}\n"
         f"- before: base {rb.old_base[:12]}, head {rb.old_head[:12]}\n"
@@ -528,6 +282,6 @@ def write_report(
         )
         + "`git range-diff` of the series before and after (`=` unchanged, `!` changed,\n"
         "`<` only before, `>` only after):\n\n"
-        "```diff\n" + range_diff.rstrip("\n") + "\n```\n"
+        "```diff\n" + range_diff.rstrip("\n") + "\n```\n",
     )
     return path

@@ -1,0 +1,368 @@
+"""The benchmark and static-evidence blocks of docs/gpu-evidence.md (a table per results file).
+
+Each function finds the newest results file that holds its figures (the
+pin's base preferred), lays them out as a markdown table and ends with that
+file's caption: its path, its machine's own label, base, torch and date,
+and which files of the patches the table covers (:data:`COVERS`) changed
+since the run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from serieskit.checks.evidence import Evidence, Run, fmt, table
+
+HOST_REDUCE = ["host-reduce-kernel", "host-reduce-copy-engine"]
+TURING = ["turing-prefill-attention", "turing-prefill-split-kv", "turing-prefill-head-dims"]
+NVFP4 = ["nvfp4-sm7x-dequant"]
+# The patches (Patch-Names) whose code each table measures.
+COVERS: dict[str, list[str]] = {
+    "host_reduce": HOST_REDUCE,
+    "attention": TURING,
+    "crossover": TURING,
+    "nvfp4": NVFP4,
+    "static_kernels": HOST_REDUCE + TURING,
+    "static_head_dims": TURING,
+    "static_nvfp4": NVFP4,
+    "e2e": ["dbo-ubatch-abort", "tp-prefill-overlap", *HOST_REDUCE],
+}
+
+
+def _end(ev: Evidence, run: Run, block: str) -> str:
+    """A caption's end: the full stop, then the files of the patches the
+    table covers that changed since the run."""
+    return "." + ev.predates_note(run, COVERS[block])
+
+
+def _newest_matching(ev: Evidence, pattern: str, kind: str | None = None) -> Run | None:
+    rx = re.compile(pattern)
+    return ev.newest(
+        r
+        for r in ev.runs
+        if (kind is None or r.doc.get("kind") == kind) and any(rx.match(k) for k in r.figures)
+    )
+
+
+def missing(what: str) -> str:
+    return f"No results file holds {what} yet."
+
+
+def _bytes(b: int) -> str:
+    if b % (1 << 20) == 0:
+        return f"{b:,} B ({b >> 20} MiB)"
+    if b < 1 << 20 and b % (1 << 10) == 0:
+        return f"{b:,} B ({b >> 10} KiB)"
+    return f"{b:,} B"
+
+
+def host_reduce(ev: Evidence) -> str:
+    """Two-rank all-reduce time per call by payload: NCCL, the two modes, the floor."""
+    run = _newest_matching(ev, r"allreduce_\d+B\.")
+    if run is None:
+        return missing("the host all-reduce benchmark")
+    payloads = sorted(
+        {int(m.group(1)) for k in run.figures if (m := re.match(r"allreduce_(\d+)B\.", k))}
+    )
+    cols = ("nccl_ms", "kernel_mode_ms", "copy_engine_mode_ms", "floor_ms")
+    rows = [
+        [_bytes(b)]
+        + [fmt((run.figure(f"allreduce_{b}B.{c}") or {}).get("value"), "ms") for c in cols]
+        for b in payloads
+    ]
+    out = table(
+        ["payload", "NCCL", "kernel mode", "copy-engine mode", "pipelined host floor"], rows
+    )
+    extra = [
+        f"{(run.figure(k) or {}).get('label')}: {fmt(run.value(k), 'GB/s')}"
+        for k in ("copy_h2d_both_GBps", "copy_d2h_both_GBps")
+        if run.figure(k)
+    ]
+    text = "; ".join(extra + [run.caption()]) + _end(ev, run, "host_reduce")
+    return "\n".join(out + ["", text[:1].upper() + text[1:]])
+
+
+_ATTN = re.compile(r"^(?:hd(\d+)\.)?q(\d+)_ctx(\d+)\.(\w+)$")
+
+
+def attention(ev: Evidence) -> str:
+    """The Turing prefill attention against TRITON_ATTN per shape, and the fraction
+    of the mma.sync ceiling."""
+    run = _newest_matching(ev, r"^mma_m16n8k8_ceiling_tflops$")
+    if run is None:
+        return missing("the Turing attention benchmark")
+    default_hd = (run.doc.get("shape") or {}).get("head_dim")
+    shapes: dict[tuple, dict[str, object]] = {}
+    for key, f in run.figures.items():
+        if m := _ATTN.match(key):
+            hd, q, ctx, what = m.groups()
+            shapes.setdefault((int(hd or default_hd or 0), int(ctx), int(q)), {})[what] = f.get(
+                "value"
+            )
+    rows = [
+        [
+            str(hd or "-"),
+            f"{q:,} after {ctx:,}",
+            fmt(v.get("no_split_ms"), "ms"),
+            fmt(v.get("auto_split_ms"), "ms"),
+            fmt(v.get("auto_split_fraction_of_ceiling"), "fraction"),
+            fmt(v.get("triton_attn_ms"), "ms"),
+        ]
+        for (hd, ctx, q), v in sorted(shapes.items())
+    ]
+    out = table(
+        [
+            "head dim",
+            "query tokens after context",
+            "no split",
+            "automatic split",
+            "of the ceiling",
+            "TRITON_ATTN",
+        ],
+        rows,
+    )
+    ceiling = fmt(run.value("mma_m16n8k8_ceiling_tflops"), "TFLOP/s")
+    return "\n".join(
+        out
+        + [
+            "",
+            f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}"
+            + _end(ev, run, "attention"),
+        ]
+    )
+
+
+def crossover(ev: Evidence) -> str:
+    """From which query length the Turing kernel beats TRITON_ATTN, per context and batch."""
+    run = _newest_matching(ev, r"^ctx\d+_decodes\d+\.crossover_query_len$")
+    if run is None:
+        return missing("the crossover benchmark")
+    cases = sorted(
+        {
+            (int(m.group(2)), int(m.group(1)))
+            for k in run.figures
+            if (m := re.match(r"^ctx(\d+)_decodes(\d+)\.", k))
+        }
+    )
+    rows = []
+    for dec, ctx in cases:
+        q = (run.figure(f"ctx{ctx}_decodes{dec}.crossover_query_len") or {}).get("value")
+        ratio = (run.figure(f"ctx{ctx}_decodes{dec}.ratio_at_65") or {}).get("value")
+        rows.append([f"{ctx:,}", str(dec), "never" if q is None else f"{q:,}", fmt(ratio, "ratio")])
+    out = table(
+        [
+            "context",
+            "decode requests beside",
+            "crossover query length",
+            "Turing / TRITON_ATTN time at 65 tokens",
+        ],
+        rows,
+    )
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "crossover")])
+
+
+def nvfp4(ev: Evidence) -> str:
+    """NVFP4 dequantization bandwidth per shape, and the prefill GEMM against Marlin."""
+    run = _newest_matching(ev, r"^copy_bandwidth_gbps$")
+    if run is None:
+        return missing("the NVFP4 benchmark")
+    shapes = sorted(
+        {k.split(".")[0] for k in run.figures if re.match(r"^\d+x\d+\.", k)},
+        key=lambda s: [-int(x) for x in s.split("x")],
+    )
+
+    def v(key: str, unit: str) -> str:
+        return fmt((run.figure(key) or {}).get("value"), unit)
+
+    rows = [
+        [
+            s,
+            v(f"{s}.checkpoint.default_tile.fraction_of_copy_bandwidth", "fraction"),
+            v(f"{s}.marlin.default_tile.fraction_of_copy_bandwidth", "fraction"),
+            v(f"{s}.m2048.dequant_cublas_ms", "ms"),
+            v(f"{s}.m2048.marlin_ms", "ms"),
+            v(f"{s}.crossover_m", ""),
+        ]
+        for s in shapes
+    ]
+    out = table(
+        [
+            "weight (N x K)",
+            "dequantization, checkpoint layout (of the copy bandwidth)",
+            "Marlin layout",
+            "M = 2048: dequantization + cuBLAS",
+            "Marlin",
+            "no slower than Marlin from M =",
+        ],
+        rows,
+    )
+    copy = fmt(run.value("copy_bandwidth_gbps"), "GB/s")
+    return "\n".join(
+        out
+        + [
+            "",
+            f"Device-to-device copy bandwidth in the same run: {copy}; default tile per "
+            f"layout on this GPU; {run.caption()}" + _end(ev, run, "nvfp4"),
+        ]
+    )
+
+
+def static_kernels(ev: Evidence) -> str:
+    """ptxas and SASS figures of the series' CUDA kernels per target."""
+    run = _newest_matching(ev, r"^\w+\.sm_\d+\.registers$", kind="static")
+    if run is None:
+        return missing("static evidence of the CUDA kernels")
+    cells: dict[tuple[str, str], dict[str, object]] = {}
+    for key, f in run.figures.items():
+        if m := re.match(r"^(\w+)\.(sm_\d+)\.(\w+)$", key):
+            cells.setdefault((m.group(2), m.group(1)), {})[m.group(3)] = f.get("value")
+    rows = [
+        [
+            f"`{k}`",
+            arch,
+            fmt(v.get("registers"), ""),
+            fmt(v.get("spill_bytes"), "bytes"),
+            fmt(v.get("hmma"), ""),
+        ]
+        for (arch, k), v in sorted(cells.items(), reverse=True)
+    ]
+    out = table(["kernel", "target", "registers", "spills", "HMMA in SASS"], rows)
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_kernels")])
+
+
+def static_head_dims(ev: Evidence) -> str:
+    """The Turing attention kernel per head dim: registers, spills, shared memory, CTAs per SM."""
+    run = _newest_matching(ev, r"^hd\d+\.registers$", kind="static")
+    if run is None:
+        return missing("static evidence per head dim")
+    dims = sorted({int(m.group(1)) for k in run.figures if (m := re.match(r"^hd(\d+)\.", k))})
+    keys = [
+        ("registers", ""),
+        ("spill_stores", "bytes"),
+        ("stack_bytes", "bytes"),
+        ("dynamic_shared_bytes", "bytes"),
+        ("turing_ctas_per_sm", ""),
+        ("hmma_in_kernel", ""),
+        ("sm90_from_ptx.registers", ""),
+    ]
+    rows = [
+        [str(d)] + [fmt((run.figure(f"hd{d}.{k}") or {}).get("value"), u) for k, u in keys]
+        for d in dims
+    ]
+    out = table(
+        [
+            "head dim",
+            "registers",
+            "spills",
+            "stack",
+            "shared memory per CTA",
+            "CTAs per Turing SM",
+            "HMMA in SASS",
+            "registers, compute_75 PTX for sm_90",
+        ],
+        rows,
+    )
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_head_dims")])
+
+
+def static_nvfp4(ev: Evidence) -> str:
+    """The NVFP4 dequantization's Triton kernels compiled for sm_75 / sm_70, per tile."""
+    run = _newest_matching(ev, r"^(marlin|checkpoint)\.sm_\d+\.g\d+\.registers$", kind="static")
+    if run is None:
+        return missing("static evidence of the NVFP4 kernels")
+    found: dict[tuple[str, str], dict[int, tuple]] = {}
+    for key, f in run.figures.items():
+        if m := re.match(r"^(marlin|checkpoint)\.(sm_\d+)\.g(\d+)\.(registers|spill_bytes)$", key):
+            slot = found.setdefault((m.group(1), m.group(2)), {}).setdefault(
+                int(m.group(3)), (None, None)
+            )
+            value = f.get("value")
+            found[(m.group(1), m.group(2))][int(m.group(3))] = (
+                (value, slot[1]) if m.group(4) == "registers" else (slot[0], value)
+            )
+    tiles = sorted({t for v in found.values() for t in v})
+    rows = [
+        [f"{layout}'s", arch]
+        + [fmt(v.get(t, (None, None))[0], "") for t in tiles]
+        + [fmt(sum(int(s or 0) for _, s in v.values()), "bytes")]
+        for (layout, arch), v in sorted(
+            found.items(), key=lambda x: (x[0][0] != "marlin", x[0][1]), reverse=False
+        )
+    ]
+    out = table(
+        ["layout", "target"]
+        + [f"registers, {t} groups per program" for t in tiles]
+        + ["spills (all tiles)"],
+        rows,
+    )
+    return "\n".join(out + ["", run.caption() + _end(ev, run, "static_nvfp4")])
+
+
+def e2e(ev: Evidence) -> str:
+    """The end-to-end A/B: prefill per arm, against the reference and the P2P-on ceiling."""
+    run = _newest_matching(ev, r"^reference\.prefill_total_mean_s$", kind="e2e")
+    if run is None:
+        return missing("an end-to-end A/B")
+    configs = {a.get("name"): a for a in run.doc.get("arms") or [] if isinstance(a, dict)}
+    arms = [
+        k.removesuffix(".prefill_total_mean_s")
+        for k in run.figures
+        if k.endswith(".prefill_total_mean_s")
+    ]
+    rows = []
+    for arm in sorted(arms, key=lambda a: (a != "reference", a)):
+        cfg = json.dumps((configs.get(arm) or {}).get("kernel_config") or {}, sort_keys=True)
+
+        def v(what: str, unit: str, arm: str = arm) -> str:
+            f = run.figure(f"{arm}.{what}")
+            return fmt(f.get("value"), unit, signed="change" in what) if f else "-"
+
+        rows.append(
+            [
+                f"{arm} (`{cfg}`)",
+                v("prefill_total_mean_s", "s"),
+                v("prefill_change_pct", "%"),
+                v("penalty_hidden_pct", "%"),
+            ]
+        )
+    if f := run.figure("p2p_on_prefill_total_mean_s"):
+        rows.append(["P2P on, reference (the ceiling)", fmt(f.get("value"), "s"), "-", "-"])
+    out = table(
+        [
+            "arm (kernel config)",
+            "prefill of the measured prompts, mean of the boots",
+            "against the reference",
+            "of the no-P2P penalty hidden",
+        ],
+        rows,
+    )
+    noise = (
+        fmt(run.value("noise_floor_pct"), "%")
+        if run.figure("noise_floor_pct")
+        else "(not recorded)"
+    )
+    return "\n".join(
+        out
+        + [
+            "",
+            f"Noise floor between the reference boots: {noise}; {run.caption()}"
+            + _end(ev, run, "e2e"),
+        ]
+    )
+
+
+def seed(ev: Evidence) -> str:
+    """The seed's own Turing figures, as the seed states them."""
+    runs = [r for r in ev.runs if r.doc.get("kind") == "external"]
+    run = ev.newest(runs)
+    if run is None:
+        return missing("the seed's figures")
+    rows = [
+        [str(f.get("label")), fmt(f.get("value"), str(f.get("unit", "")), signed="change" in k)]
+        for k, f in run.figures.items()
+    ]
+    return "\n".join(
+        table(["figure (the seed's, not measured by this series)", "value"], rows)
+        + ["", run.caption() + "."]
+    )

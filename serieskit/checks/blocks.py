@@ -1,0 +1,372 @@
+"""The text of each figures block of the docs, made from the results files.
+
+One function per block name (:data:`BLOCKS`); each returns markdown and
+names, for every figure, the results file it was read from and that file's
+machine label ("H200 figure ...: not a Turing figure", "the seed's Turing
+figure ..."). Which run a block shows is found, not named: the newest file
+that holds the figures, preferring the pin's base (:class:`Evidence`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from serieskit.checks import benchmarks
+from serieskit.checks.benchmarks import missing
+from serieskit.checks.evidence import (
+    CI_TIMINGS,
+    Evidence,
+    Patch,
+    Run,
+    counts,
+    duration,
+    fmt,
+    table,
+    version,
+)
+
+# The series table's headline figures per patch (its Patch-Name) beside the
+# counts of its test files: (figure key, words with {} for the value). One
+# GPU: the newest run on the pin. Two GPUs: the newest run on two or more
+# GPUs, any base, and the test files whose two-GPU cases matter.
+ONE_GPU: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "turing-prefill-attention": [
+        (
+            "2048 after 153,600 in {} ({} of the mma.sync ceiling), TRITON_ATTN {}",
+            (
+                "q2048_ctx153600.auto_split_ms",
+                "q2048_ctx153600.auto_split_fraction_of_ceiling",
+                "q2048_ctx153600.triton_attn_ms",
+            ),
+        )
+    ],
+    "turing-prefill-split-kv": [
+        (
+            "2048 after 153,600: {} without split, {} with the automatic split",
+            ("q2048_ctx153600.no_split_ms", "q2048_ctx153600.auto_split_ms"),
+        )
+    ],
+    "nvfp4-sm7x-dequant": [
+        (
+            "dequantization at {} / {} of the copy bandwidth (checkpoint / Marlin layout)",
+            (
+                "17408x5120.checkpoint.default_tile.fraction_of_copy_bandwidth",
+                "17408x5120.marlin.default_tile.fraction_of_copy_bandwidth",
+            ),
+        ),
+        (
+            "M = 2048: {} against Marlin's {}",
+            ("17408x5120.m2048.dequant_cublas_ms", "17408x5120.m2048.marlin_ms"),
+        ),
+    ],
+}
+TWO_GPUS: dict[str, tuple[list[str], list[tuple[str, tuple[str, ...]]]]] = {
+    "host-reduce-kernel": (
+        ["tests/distributed/test_host_reduce.py"],
+        [
+            (
+                "256 KiB in {} (NCCL {})",
+                ("allreduce_262144B.kernel_mode_ms", "allreduce_262144B.nccl_ms"),
+            )
+        ],
+    ),
+    "tp-prefill-overlap": (
+        ["tests/v1/worker/test_prefill_overlap.py"],
+        [
+            (
+                "A/B prefill {} ({} with the copy engine)",
+                ("overlap.prefill_change_pct", "overlap+copy-engine.prefill_change_pct"),
+            )
+        ],
+    ),
+    "host-reduce-copy-engine": (
+        ["tests/distributed/test_host_reduce.py"],
+        [
+            (
+                "20 MiB in {} (NCCL {})",
+                ("allreduce_20971520B.copy_engine_mode_ms", "allreduce_20971520B.nccl_ms"),
+            ),
+            ("A/B prefill {}", ("copy-engine.prefill_change_pct",)),
+        ],
+    ),
+    "nvfp4-sm7x-dequant": (["tests/kernels/quantization/test_nvfp4_sm7x_linear.py"], []),
+}
+SMOKE = "gpu/smoke.py"
+MAIN_STAGES = ("apply", "test requirements", "build", "series tests")  # nox -s apply build test
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _part(run: Run, words: str, keys: tuple[str, ...]) -> str:
+    values = []
+    for key in keys:
+        f = run.figure(key) or {}
+        values.append(fmt(f.get("value"), str(f.get("unit", "")), signed="change" in key))
+    return words.format(*values)
+
+
+def _with_all(ev: Evidence, keys: tuple[str, ...], gpus: int, pin_only: bool) -> Run | None:
+    """The newest run holding every one of ``keys`` (a part's figures come from one run)."""
+    run = ev.with_figure(keys[0], gpus=gpus, pin_only=pin_only)
+    return run if run and all(run.figure(k) for k in keys) else None
+
+
+def _sources(ev: Evidence, runs: list[Run], names: list[str]) -> str:
+    """The results files of a cell, each with the files of the patches
+    ``names`` that changed since it ran (files with the same words together)."""
+    by = {r.name: r for r in runs}
+    words: dict[str, list[str]] = {}
+    for n in sorted(by):
+        words.setdefault(ev.predates(by[n], names), []).append(f"`{n}`")
+    parts = [", ".join(files) + (f": {w}" if w else "") for w, files in words.items()]
+    return "(" + "; ".join(parts) + ")" if parts else ""
+
+
+def _one_gpu(ev: Evidence, p: Patch, used: list[Run]) -> str:
+    parts, runs = [], []
+    for test in p.tests:
+        run = ev.with_tests(test, gpus=1, pin_only=True)
+        if run:
+            runs.append(run)
+            parts.append(f"`{_short(test)}` {counts(run.tests(test) or {})}")
+        elif ev.with_tests(test) is None:
+            parts.append(f"`{_short(test)}` (CPU, in CI)")
+        else:
+            parts.append(f"`{_short(test)}`: not run on one GPU")
+    for words, keys in ONE_GPU.get(p.name, []):
+        run = _with_all(ev, keys, gpus=1, pin_only=True)
+        if run:
+            runs.append(run)
+            parts.append(_part(run, words, keys))
+    used += runs
+    sources = _sources(ev, runs, [p.name])
+    return "; ".join(parts) + (" " + sources if runs else "") if parts else "CPU (CI)"
+
+
+def _two_gpus(ev: Evidence, p: Patch) -> str:
+    if p.name not in TWO_GPUS:
+        return "none needed"
+    tests, figures = TWO_GPUS[p.name]
+    parts, runs = [], []
+    for test in tests:
+        run = ev.with_tests(test, gpus=2)
+        if run:
+            runs.append(run)
+            parts.append(f"`{_short(test)}` {counts(run.tests(test) or {})}")
+        else:
+            parts.append(f"`{_short(test)}` TP=2 cases: not run")
+    for words, keys in figures:
+        run = _with_all(ev, keys, gpus=2, pin_only=False)
+        if run:
+            runs.append(run)
+            parts.append(_part(run, words, keys))
+    bases = sorted({version(r.base) or "base not recorded" for r in runs})
+    lead = (
+        f"last run on {', '.join(bases)}: " if runs and any(r.base != ev.pin for r in runs) else ""
+    )
+    return lead + "; ".join(parts) + (" " + _sources(ev, runs, [p.name]) if runs else "")
+
+
+def _gpu_words(runs: list[Run]) -> str:
+    gpus = sorted({str(r.machine.get("gpu", "")).removeprefix("NVIDIA ") for r in runs})
+    return ", ".join(gpus) or "GPU"
+
+
+def series(ev: Evidence) -> str:
+    """One row per patch: what ran on one GPU on the pin, and the two-GPU evidence."""
+    used: list[Run] = []
+    rows = [
+        [f"`{p.number}`", p.subject, _one_gpu(ev, p, used), _two_gpus(ev, p)] for p in ev.patches
+    ]
+    gpu = _gpu_words(used)
+    not_turing = used and all("not a Turing figure" in str(r.machine.get("label")) for r in used)
+    torch = sorted({str(r.machine.get("torch")) for r in used if r.machine.get("torch")})
+    head = [
+        "patch",
+        "what",
+        f"one {gpu}, {version(ev.pin)}"
+        + (f" ({gpu} figures, not Turing figures)" if not_turing else ""),
+        "two GPUs (P2P off)",
+    ]
+    out = table(head, rows)
+    smoke = ev.with_tests(SMOKE, gpus=1, pin_only=True)
+    if smoke:
+        c = smoke.tests(SMOKE) or {}
+        ran = sum(int(c.get(k) or 0) for k in ("passed", "failed", "errors"))
+        out += [
+            "",
+            f"The engine's smoke run (`{SMOKE}`: boot with torch.compile and CUDA graphs, greedy "
+            f"generation): {int(c.get('passed') or 0)} of {ran} steps passed; {smoke.caption()}."
+            + ev.predates_note(smoke, [p.name for p in ev.patches]),
+        ]
+    if torch:
+        out += ["", f"The one-GPU runs used the GPU machine's torch ({', '.join(torch)})."]
+    return "\n".join(out)
+
+
+def _changed_patches(ev: Evidence, run: Run) -> str:
+    """Which patches have files that changed since ``run``, in words."""
+    if run.doc.get("kind") == "external":
+        return "- (not a run of this series)"
+    if run.files is None:
+        return "not recorded"
+    changed = [p.name for p in ev.patches if ev.outdated(run, [p.name])]
+    if not changed:
+        return "none"
+    return "every patch" if len(changed) == len(ev.patches) else ev.numbers(changed)
+
+
+def runs(ev: Evidence) -> str:
+    """Every results file: what kind, which machine (its label), which base,
+    when, and the patches whose files changed since it ran."""
+    rows = [
+        [
+            f"`{r.name}`",
+            str(r.doc.get("kind")),
+            str(r.machine.get("label") or r.machine.get("name")),
+            version(r.base) or "-",
+            str(r.machine.get("torch") or "-"),
+            r.day,
+            _changed_patches(ev, r),
+        ]
+        for r in sorted(ev.runs, key=lambda r: (r.base == ev.pin, r.date, r.name), reverse=True)
+    ]
+    head = ["results file", "kind", "machine", "base", "torch", "date", "patches changed since"]
+    return "\n".join(table(head, rows))
+
+
+def _against_head(ev: Evidence, run: Run, test_file: str) -> str:
+    """Whether a run of ``test_file`` ran on the current version of the files
+    of the patches that list it."""
+    if not test_file.startswith("tests/"):
+        # The toolkit's own harness (gpu/smoke.py): it runs the whole series.
+        names = [p.name for p in ev.patches]
+    elif not (names := ev.covering(test_file)):
+        return "a test file the series no longer has"
+    return ev.predates(run, names) or "the current version"
+
+
+def gpu_tests(ev: Evidence) -> str:
+    """Per GPU run of the series' test files: the outcome of each file."""
+    rows = []
+    tests = [r for r in ev.gpu_runs() if r.doc.get("kind") == "tests"]
+    for r in sorted(tests, key=lambda r: (r.base == ev.pin, r.date, r.name), reverse=True):
+        for test, c in sorted((r.doc.get("test_files") or {}).items()):
+            rows.append(
+                [
+                    f"`{test}`",
+                    counts(c),
+                    str(r.machine.get("name")),
+                    version(r.base) or "-",
+                    r.day,
+                    f"`{r.name}`",
+                    _against_head(ev, r, test),
+                ]
+            )
+    head = ["test file", "outcome", "machine", "base", "date", "results file", "its patches' files"]
+    return "\n".join(table(head, rows))
+
+
+def _serve_run(ev: Evidence) -> Run | None:
+    found = sorted(ev.find("**/serve*.json"), key=lambda r: (r.date, r.path))
+    return found[-1] if found else None
+
+
+def serve_status(ev: Evidence) -> str:
+    """One sentence: how far the last serve run on the GPU machine got."""
+    run = _serve_run(ev)
+    return serve(ev).split("\n", 1)[0] if run else missing("a run of gpu/serve.sh")
+
+
+def serve(ev: Evidence) -> str:
+    """The wheel built, installed and served on the GPU machine (gpu/serve.sh)."""
+    run = _serve_run(ev)
+    if run is None:
+        return missing("a run of gpu/serve.sh")
+    steps = [s for s in run.doc.get("steps") or [] if isinstance(s, dict)]
+    failed = [s for s in steps if not s.get("ok")]
+    rows = [
+        [str(s.get("step")), "passed" if s.get("ok") else "failed", fmt(s.get("seconds"), "s")]
+        for s in steps
+    ]
+    lead = f"{len(steps) - len(failed)} of the {len(steps)} steps that ran passed"
+    if failed:
+        error = str(failed[0].get("error") or "").strip().splitlines() or ["no error recorded"]
+        step = failed[0].get("step")
+        lead += f'; it stopped at "{step}" ({error[-1].strip()}), so nothing was served yet'
+    lead += f"; {run.caption()}." + ev.predates_note(run, [p.name for p in ev.patches])
+    return "\n".join([lead, ""] + table(["step", "outcome", "took"], rows))
+
+
+def _ci(ev: Evidence) -> Run | None:
+    return next((r for r in ev.runs if r.name == CI_TIMINGS), None)
+
+
+NOT_MEASURED = (
+    "not yet measured: no `results/{}` (a copy of a complete CI run's "
+    "`.work/ci/timings.json`, made by `python3 -m serieskit figures --record-ci`)"
+)
+
+
+def ci_timings(ev: Evidence) -> str:
+    """Each CI stage's duration against its budget, from a real run's timings."""
+    run = _ci(ev)
+    if run is None:
+        return "CI's stage durations are " + NOT_MEASURED.format(CI_TIMINGS) + "."
+    stages = [s for s in run.doc.get("stages") or [] if isinstance(s, dict)]
+    rows = [
+        [
+            str(s.get("name")),
+            duration(float(s.get("seconds") or 0)),
+            duration(float(s.get("budget_s") or 0)),
+        ]
+        for s in stages
+    ]
+    total = duration(float(run.doc.get("total_s") or 0))
+    return "\n".join(
+        table(["stage (ci/pipeline.toml)", "took", "budget"], rows)
+        + ["", f"`nox -s ci` in all: {total}; {run.caption()}."]
+    )
+
+
+def _main_command(run: Run) -> str:
+    took = {
+        s.get("name"): float(s.get("seconds") or 0)
+        for s in run.doc.get("stages") or []
+        if isinstance(s, dict)
+    }
+    return duration(sum(took.get(s, 0.0) for s in MAIN_STAGES))
+
+
+def commands_timing(ev: Evidence) -> str:
+    """The two commands' durations, from CI's own timing of a real run."""
+    run = _ci(ev)
+    if run is None:
+        return "Their duration on a fresh machine is " + NOT_MEASURED.format(CI_TIMINGS) + "."
+    total = duration(float(run.doc.get("total_s") or 0))
+    return (
+        f"Measured by CI itself: `nox -s ci` took {total}, and the stages that make up the "
+        f"main job ({', '.join(MAIN_STAGES)}) {_main_command(run)}; {run.caption()}."
+    )
+
+
+BLOCKS: dict[str, Callable[[Evidence], str]] = {
+    "series": series,
+    "commands-timing": commands_timing,
+    "ci-timings": ci_timings,
+    "runs": runs,
+    "gpu-tests": gpu_tests,
+    "host-reduce": benchmarks.host_reduce,
+    "attention": benchmarks.attention,
+    "crossover": benchmarks.crossover,
+    "nvfp4": benchmarks.nvfp4,
+    "static-kernels": benchmarks.static_kernels,
+    "static-head-dims": benchmarks.static_head_dims,
+    "static-nvfp4": benchmarks.static_nvfp4,
+    "e2e": benchmarks.e2e,
+    "seed": benchmarks.seed,
+    "serve": serve,
+    "serve-status": serve_status,
+}

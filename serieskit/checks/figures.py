@@ -1,0 +1,188 @@
+"""The figures of README.md and docs/: marked blocks rewritten from results/, checked in CI.
+
+A block is the text between ``<!-- figures:NAME -->`` and
+``<!-- /figures:NAME -->`` on lines of their own; NAME is one of
+:data:`serieskit.checks.blocks.BLOCKS`. ``python -m serieskit figures``
+rewrites every block of README.md and docs/**/*.md from the results files;
+``--check`` writes nothing and fails with a unified diff where a block is
+stale, so no figure in the docs can drift from its file. ``--record-ci``
+copies a complete CI run's stage durations (``.work/ci/timings.json``,
+written by ``nox -s ci``) to ``results/ci_timings.json`` with the results
+header, for the timing blocks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import platform
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from serieskit import results
+from serieskit.checks import pipeline
+from serieskit.checks.blocks import BLOCKS
+from serieskit.checks.evidence import CI_TIMINGS, RESULTS, Evidence, duration
+from serieskit.errors import ToolkitError
+from serieskit.state import WORK
+
+OPEN = re.compile(r"^<!-- figures:([\w-]+) -->$")
+CLOSE = "<!-- /figures:{} -->"
+ANY_MARK = re.compile(r"^<!-- /?figures:([\w-]*)")
+
+
+def documents(root: Path) -> list[Path]:
+    """README.md and every page under docs/."""
+    docs = sorted((root / "docs").rglob("*.md")) if (root / "docs").is_dir() else []
+    return [p for p in [root / "README.md", *docs] if p.is_file()]
+
+
+def blocks_in(text: str, where: str) -> list[tuple[str, int, int]]:
+    """Each block as (NAME, line of its opening mark, line of its closing
+    mark), 0-based; a mark without its pair or an unknown NAME is an error."""
+    lines = text.split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        line = lines[i].strip()
+        m = OPEN.match(line)
+        if not m:
+            if ANY_MARK.match(line):
+                raise ToolkitError(f"figures: {where}:{i + 1}: {line!r} closes no open block")
+            i += 1
+            continue
+        name = m.group(1)
+        if name not in BLOCKS:
+            known = ", ".join(sorted(BLOCKS))
+            raise ToolkitError(
+                f"figures: {where}:{i + 1}: no block is named {name!r} (known: {known})"
+            )
+        end = next((j for j in range(i + 1, len(lines)) if ANY_MARK.match(lines[j].strip())), None)
+        if end is None or lines[end].strip() != CLOSE.format(name):
+            raise ToolkitError(
+                f"figures: {where}:{i + 1}: block {name!r} is not closed by {CLOSE.format(name)!r} "
+                "before the next mark"
+            )
+        found.append((name, i, end))
+        i = end + 1
+    return found
+
+
+def rewrite(text: str, where: str, render: Callable[[str], str]) -> str:
+    """``text`` with every block's body replaced by ``render(NAME)``, set off
+    by blank lines so that markdown sees a table as a table."""
+    lines = text.split("\n")
+    out, last = [], 0
+    for name, start, end in blocks_in(text, where):
+        out += lines[last : start + 1] + ["", render(name).strip("\n"), ""] + [lines[end]]
+        last = end + 1
+    return "\n".join(out + lines[last:])
+
+
+def generate(root: Path) -> dict[Path, tuple[str, str]]:
+    """Per document: (its text now, its text with fresh blocks). Each block
+    is made once, however many pages show it."""
+    evidence: list[Evidence] = []
+    made: dict[str, str] = {}
+
+    def render(name: str) -> str:
+        if name not in made:
+            if not evidence:
+                evidence.append(Evidence(root))
+            made[name] = BLOCKS[name](evidence[0])
+        return made[name]
+
+    out = {}
+    for path in documents(root):
+        old = path.read_text()
+        out[path] = (old, rewrite(old, str(path.relative_to(root)), render))
+    return out
+
+
+def check(root: Path) -> str | None:
+    """The unified diff of every stale block, or None when all are current."""
+    diff: list[str] = []
+    for path, (old, new) in generate(root).items():
+        rel = str(path.relative_to(root))
+        diff += difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}"
+        )
+    return "".join(diff) or None
+
+
+def update(root: Path, log: Callable[[str], object] = print) -> list[Path]:
+    """Rewrite the documents whose blocks are stale; the ones changed."""
+    changed = []
+    for path, (old, new) in generate(root).items():
+        if new != old:
+            path.write_text(new)
+            changed.append(path)
+            log(f"figures: rewrote {path.relative_to(root)}")
+    if not changed:
+        log("figures: every block is current")
+    return changed
+
+
+# --- CI's own timing ----------------------------------------------------------------
+
+
+def record_ci(root: Path, log: Callable[[str], object] = print) -> Path:
+    """results/ci_timings.json from the last complete ``nox -s ci`` here."""
+    source = root / WORK / pipeline.TIMINGS
+    try:
+        timings = json.loads(source.read_text())
+    except FileNotFoundError:
+        raise ToolkitError(
+            f"figures: no {WORK}/{pipeline.TIMINGS}: run `nox -s ci` first (on a clean clone)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise ToolkitError(f"figures: {WORK}/{pipeline.TIMINGS} is not JSON: {e}") from None
+    if not timings.get("complete"):
+        failed = [s.get("name") for s in timings.get("stages", []) if not s.get("ok")]
+        why = f"stage {failed[0]!r} failed" if failed else "not every stage ran"
+        raise ToolkitError(
+            f"figures: the last CI run did not complete ({why}): the timing of part of a run "
+            "would understate it; run `nox -s ci` to the end first"
+        )
+    cores = os.cpu_count() or 0
+    machine = results.machine_block([], None, None, None)
+    machine |= {"name": f"CPU ({cores} cores)", "label": f"CPU run (no GPU, {cores} cores)"}
+    figures = {
+        "total_s": results.figure(timings["total_s"], "s", "nox -s ci, every stage", "total_s")
+    }
+    for i, s in enumerate(timings["stages"]):
+        figures[f"stage.{s['name']}"] = results.figure(
+            s["seconds"],
+            "s",
+            f"CI stage {s['name']} ({duration(s['seconds'])})",
+            f"stages[{i}].seconds",
+        )
+    body = {
+        **timings,
+        "source": f"{WORK}/{pipeline.TIMINGS}, written by nox -s ci",
+        "host": {"python": platform.python_version(), "platform": platform.platform()},
+    }
+    doc = results.document(
+        "ci", body, machine=machine, series=results.current_series(root), figures=figures
+    )
+    dest = root / RESULTS / CI_TIMINGS
+    results.write(dest, doc)
+    log(f"figures: {dest.relative_to(root)} written from {source.relative_to(root)}")
+    return dest
+
+
+def session(root: Path, check_only: bool = False, record: bool = False) -> None:
+    """``figures`` [--check] [--record-ci]."""
+    if record:
+        record_ci(root)
+    if check_only:
+        diff = check(root)
+        if diff:
+            raise ToolkitError(
+                "figures: blocks in the docs differ from results/: "
+                "run `nox -s figures` and commit\n" + diff
+            )
+        print("figures: every block is current")
+        return
+    update(root)

@@ -1,0 +1,492 @@
+"""Every command, killed at several points, is recovered: the fault-injection matrix.
+
+Each case runs one command in a process of its own that stops itself at a
+named step (``serieskit.killpoint``: a step of the toolkit's, just before a
+git command, or inside one, git dying half-way through its writes) with
+SIGKILL, SIGTERM or SIGINT, to itself or to its whole process group. Then it
+does what the user would: runs the command again (or its ``--continue``, or
+``--abort`` and the command again), and asserts the invariant:
+
+- the user's work survives: the patch files (or their previous versions
+  under ``.work/backup/``), the commits, a stash the user had, the
+  uncommitted work an ``--abort`` finds (in a stash it names);
+- the rerun completes, and leaves no lock file in the work tree's git
+  folder and no half-written file in the patch folder.
+
+Each scenario's starting point is made once and copied for every case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from test_faults import (
+    BIG_LIMIT,
+    NEAR_PATCH_2,
+    RESOLVED,
+    SUBJECTS,
+    TWO_CONFLICTS,
+    amend_all,
+    break_context,
+    cli_caller,
+    commit_files,
+    error_line,
+    files_under,
+    g,
+    killed,
+    make_big_series,
+    make_docs_series,
+    make_series,
+    names,
+    ok,
+    patches,
+    refs_keeping,
+    rev,
+    series_head_subjects,
+    work,
+)
+from test_port import PORT, f0, pin_patches, write_series
+
+from conftest import BASE_FILES, add_release, quiet
+from serieskit import git
+from serieskit.checks import docs
+from serieskit.series import base, target
+from serieskit.upstream import carry_record
+
+KERNEL = BASE_FILES["vllm/config/kernel.py"]
+# Upstream changes f0's line: patch 1 conflicts there, and nothing else does.
+ONE_CONFLICT = {
+    **BASE_FILES,
+    "vllm/utils.py": TWO_CONFLICTS["vllm/utils.py"].replace(
+        "def f10():\n    return -10\n", "def f10():\n    return 10\n"
+    ),
+}
+MY_STASH = "print('stashed by the user before')\n"
+
+
+@dataclass
+class Case:
+    """One scenario's starting point, what it runs, and what must hold after."""
+
+    name: str
+    argv: list[str]
+    setup: Callable  # (call, root, facts) -> None: from a fresh root to the starting point
+    recover: Callable  # (call, root, facts) -> None: the user's way on, asserting it works
+    check: Callable  # (call, root, facts) -> None: the invariant
+    facts: dict = field(default_factory=dict)
+
+
+def _user_stash(repo: Path) -> None:
+    """A stash of the user's, made before: no command may drop it."""
+    (repo / "setup.py").write_text(MY_STASH)
+    g(repo, "stash", "push", "-q", "-m", "my own stash")
+
+
+def _stash_kept(repo: Path) -> None:
+    entries = g(repo, "stash", "list", "--format=%gs").splitlines()
+    assert any("my own stash" in e for e in entries), entries
+
+
+def _state(root: Path, version: str | None = None) -> dict:
+    name = f"state-{version}.json" if version else "state.json"
+    path = root / ".work" / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _in_a_stash_or_history(repo: Path, text: str) -> bool:
+    for entry in g(repo, "stash", "list", "--format=%gd").split():
+        for tree in (entry, f"{entry}^2", f"{entry}^3"):
+            if g(repo, "grep", "-F", "-l", text, tree, check=False):
+                return True
+    return bool(g(repo, "log", "--all", "-p", "-S", text, "--format=%H", check=False))
+
+
+def _no_leftovers(root: Path, repo: Path) -> None:
+    """No lock file in the work tree's git folder, no temporary file in a patch folder."""
+    locks = [str(p.relative_to(repo)) for p in (repo / ".git").rglob("*.lock")]
+    assert not locks, locks
+    for folder in [root / "patches", *(root / "ports").glob("*")]:
+        left = [p.name for p in folder.iterdir() if re.search(r"\.serieskit-\d+\.tmp$", p.name)]
+        assert not left, left
+
+
+# --- apply, from scratch and over changed patches -------------------------------
+
+
+def _apply_setup(call, root, facts):
+    make_series(call, root)
+    shutil.rmtree(root / ".work")
+    ok(call("apply"))
+    facts["good"] = rev(work(root), "HEAD")
+    facts["patches"] = patches(root)
+    shutil.rmtree(root / ".work")
+
+
+def _apply_check(call, root, facts):
+    repo = work(root)
+    assert rev(repo, "HEAD") == facts["good"]
+    assert g(repo, "status", "--porcelain") == ""
+    assert patches(root) == facts["patches"]
+    assert "matches patches/" in ok(call("status")).out
+    _no_leftovers(root, repo)
+
+
+def _changed_setup(call, root, facts):
+    repo = make_series(call, root)
+    _user_stash(repo)
+    path = root / "patches" / names(root)[2]
+    path.write_text(path.read_text().replace("Why: because", "Why: since"))
+    facts["patches"] = patches(root)
+
+
+def _changed_check(call, root, facts):
+    repo = work(root)
+    assert series_head_subjects(repo) == SUBJECTS
+    assert "Why: since" in g(repo, "log", "-1", "--format=%B")
+    assert g(repo, "status", "--porcelain") == "" and patches(root) == facts["patches"]
+    _stash_kept(repo)
+    _no_leftovers(root, repo)
+
+
+def _continue_setup(call, root, facts):
+    """Apply stopped at patch 2 (its context broken); the user made patch 2
+    by hand, as one commit."""
+    make_series(call, root)
+    shutil.rmtree(root / ".work")
+    break_context(root, 1)
+    error_line(call("apply"), "does not apply")
+    repo = work(root)
+    commit_files(
+        repo,
+        {"vllm/config/kernel.py": KERNEL.replace("a = 1", "a = 12"), "vllm/new.py": "NEW = 1\n"},
+        SUBJECTS[1],
+    )
+    facts["mine"] = rev(repo, "HEAD")
+    facts["patches"] = patches(root)
+
+
+def _continue_check(call, root, facts):
+    repo = work(root)
+    assert series_head_subjects(repo) == SUBJECTS
+    assert "a = 12" in (repo / "vllm/config/kernel.py").read_text()
+    assert g(repo, "status", "--porcelain") == "" and patches(root) == facts["patches"]
+    assert _state(root).get("in_progress") is None and not _state(root).get("failed")
+    _no_leftovers(root, repo)
+
+
+# --- export -------------------------------------------------------------------
+
+
+def _export_setup(call, root, facts):
+    repo = make_series(call, root)
+    facts["before"] = patches(root)
+    amend_all(repo, "Why: said again.")
+    facts["head"] = rev(repo, "HEAD")
+
+
+def _export_check(call, root, facts):
+    now = patches(root)
+    assert all(b"Why: said again." in now[n] for n in names(root))
+    kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
+    lost = [n for n, data in facts["before"].items() if data not in kept | set(now.values())]
+    assert not lost, lost
+    repo = work(root)
+    assert rev(repo, "HEAD") == facts["head"]
+    assert "up to date" in ok(call("apply")).out
+    _no_leftovers(root, repo)
+
+
+# --- rebase, its --continue and its --abort -------------------------------------
+
+
+def _rebase_setup(call, root, facts, cache):
+    repo = make_big_series(call, root)
+    _user_stash(repo)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    facts["head"], facts["patches"] = rev(repo, "HEAD"), patches(root)
+
+
+def _rebase_recover(call, root, facts, argv=("rebase", "vllm==0.0.2")):
+    """As the user: --continue where a rebase is stopped; --abort and start
+    again where that says so; start again where none was recorded."""
+    st = _state(root).get("rebase")
+    if st and not st["done"]:
+        res = call("rebase", "--continue")
+        if res.rc == 0:
+            return
+        error_line(res, "--abort")
+        ok(call("rebase", "--abort"))
+        ok(call(*argv))
+    elif not st:
+        ok(call(*argv))
+
+
+def _rebase_check(call, root, facts):
+    repo = work(root)
+    assert series_head_subjects(repo, version="0.0.2") == SUBJECTS
+    assert _state(root)["rebase"]["done"] and patches(root) == facts["patches"]
+    assert g(repo, "status", "--porcelain") == ""
+    _stash_kept(repo)
+    _no_leftovers(root, repo)
+
+
+def _stopped_setup(call, root, facts, cache):
+    """A rebase stopped at its one conflict (patch 1), the resolution made
+    and staged, an unrelated change beside it."""
+    repo = make_series(call, root)
+    add_release(cache, "0.0.2", ONE_CONFLICT)
+    facts["head"], facts["patches"] = rev(repo, "HEAD"), patches(root)
+    error_line(call("rebase", "vllm==0.0.2"), "conflict")
+    (repo / "vllm/utils.py").write_text(RESOLVED.replace("return -10", "return 10"))
+    g(repo, "add", "vllm/utils.py")
+
+
+def _continue_rebase_recover(call, root, facts):
+    """--continue again; where it says the rebase was interrupted, --abort
+    (the resolution goes to a stash) and start again: it stops at the same
+    conflict."""
+    if not _state(root)["rebase"]["done"]:
+        res = call("rebase", "--continue")
+        if res.rc:
+            error_line(res, "--abort")
+            ok(call("rebase", "--abort"))
+            error_line(call("rebase", "vllm==0.0.2"), "conflict")
+
+
+def _continue_rebase_check(call, root, facts):
+    """Finished with the resolution in it; or, where the user had to
+    --abort, back where it started with the resolution in a stash and the
+    rebase done again (stopped at the same conflict, which the user
+    resolves anew from the stash)."""
+    repo = work(root)
+    assert _in_a_stash_or_history(repo, "return 100  # resolved by hand")
+    assert patches(root) == facts["patches"]
+    rb = _state(root).get("rebase")
+    assert rb and (rb["done"] or not rb["running"])
+    _no_leftovers(root, repo)
+
+
+def _abort_setup(call, root, facts, cache):
+    _stopped_setup(call, root, facts, cache)
+    (work(root) / "setup.py").write_text("print('my unrelated edit')\n")
+
+
+def _abort_recover(call, root, facts):
+    if _state(root).get("rebase"):
+        ok(call("rebase", "--abort"))
+
+
+def _abort_check(call, root, facts):
+    repo = work(root)
+    assert rev(repo, "HEAD") == facts["head"] and rev(repo, "series") == facts["head"]
+    assert g(repo, "status", "--porcelain") == ""
+    for text in ("return 100  # resolved by hand", "my unrelated edit"):
+        assert _in_a_stash_or_history(repo, text), text
+    assert patches(root) == facts["patches"]
+    assert "up to date" in ok(call("apply")).out
+    _no_leftovers(root, repo)
+
+
+# --- docs -----------------------------------------------------------------------
+
+
+def _docs_setup(call, root, facts):
+    """A series whose reference is stale: docs rewrites both patches."""
+    repo = make_docs_series(call, root)
+    facts["head"], facts["patches"] = rev(repo, "HEAD"), patches(root)
+
+
+def _docs_check(call, root, facts):
+    repo = work(root)
+    assert "a = 10" in g(repo, "show", f"HEAD:{docs.OUTPUT}")
+    assert refs_keeping(repo, facts["head"]), "the series before docs is kept"
+    ok(call("export", "--check"))
+    assert "up to date" in ok(call("apply")).out
+    assert g(repo, "status", "--porcelain") == ""
+    _no_leftovers(root, repo)
+
+
+# --- carry ----------------------------------------------------------------------
+
+
+def _carry_setup(call, root, facts, cache):
+    # The port to 0.0.2, as tests/test_port.py's fixture makes it.
+    git.git(root, "init", "-q")
+    sha = add_release(cache, PORT, {**BASE_FILES, "setup.py": "print('setup 2')\n"})
+    scratch = root.parent / "scratch-port"
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, cache / f"vllm-{PORT}.tar.gz", PORT, sha, log=quiet)
+    shutil.rmtree(scratch)
+    (root / "ports" / PORT).mkdir(parents=True)
+    (root / "ports" / PORT / "series").write_text("")
+    base.add_port(root, base.Port(PORT, sha, commit, f"ports/{PORT}"))
+    pin, port = target.pin(root), target.port(root, PORT)
+    write_series(pin, pin_patches())
+    write_series(port, pin_patches())
+    carry_record.record(pin, port, log=quiet)
+    write_series(pin, pin_patches(f0(101)))  # a change of the pin's to carry
+    facts["port"] = {
+        p.name: p.read_bytes()
+        for p in port.patches.iterdir()
+        if p.is_file() and p.name != carry_record.CARRIED  # rewritten by the carry
+    }
+
+
+def _carry_recover(call, root, facts):
+    st = _state(root, PORT).get("rebase")
+    if st and not st["done"]:
+        if call("carry", PORT, "--continue").rc == 0:
+            return
+        ok(call("carry", PORT, "--abort"))
+    ok(call("carry", PORT))
+
+
+def _carry_check(call, root, facts):
+    ok(call("carry", PORT, "--check"))
+    port = target.port(root, PORT)
+    kept = {p.read_bytes() for p in files_under(root / ".work" / "backup")}
+    now = {p.read_bytes() for p in port.patches.iterdir() if p.is_file()}
+    lost = [
+        n for n, data in facts["port"].items() if data not in kept | now and n != "carried.toml"
+    ]
+    assert not lost, lost
+    assert len(g(port.work, "worktree", "list").splitlines()) == 1
+    _no_leftovers(root, port.work)
+
+
+CASES = {
+    "apply": Case("apply", ["apply"], _apply_setup, None, _apply_check),
+    "apply changed": Case("apply changed", ["apply"], _changed_setup, None, _changed_check),
+    "apply --continue": Case(
+        "apply --continue", ["apply", "--continue"], _continue_setup, None, _continue_check
+    ),
+    "export": Case("export", ["export"], _export_setup, None, _export_check),
+    "rebase": Case(
+        "rebase", ["rebase", "vllm==0.0.2"], _rebase_setup, _rebase_recover, _rebase_check
+    ),
+    "rebase --continue": Case(
+        "rebase --continue",
+        ["rebase", "--continue"],
+        _stopped_setup,
+        _continue_rebase_recover,
+        _continue_rebase_check,
+    ),
+    "rebase --abort": Case(
+        "rebase --abort", ["rebase", "--abort"], _abort_setup, _abort_recover, _abort_check
+    ),
+    "docs": Case("docs", ["docs"], _docs_setup, None, _docs_check),
+    "carry": Case("carry", ["carry", PORT], _carry_setup, _carry_recover, _carry_check),
+}
+
+# (scenario, kill point, signal, to the whole group, file-size limit for an in-git kill)
+KILLS = [
+    ("apply", "git-fast-import", "KILL", False, None),
+    ("apply", "apply.started", "INT", False, None),
+    ("apply", "git-checkout", "TERM", False, None),
+    ("apply", "in-git-checkout", "KILL", False, 80),
+    ("apply", "in-git-checkout", "INT", True, 80),
+    ("apply", "git-am#2", "KILL", True, None),
+    ("apply", "in-git-am#2", "KILL", False, 80),
+    ("apply", "write#3", "KILL", False, None),
+    ("apply changed", "git-checkout", "KILL", False, None),
+    ("apply changed", "in-git-checkout", "KILL", False, 80),
+    ("apply changed", "git-am#3", "TERM", True, None),
+    ("apply changed", "write#2", "INT", False, None),
+    ("apply --continue", "git-am", "KILL", False, None),
+    ("apply --continue", "in-git-am", "KILL", False, 80),
+    ("apply --continue", "write#1", "TERM", False, None),
+    ("apply --continue", "write#2", "INT", True, None),
+    ("export", "git-format-patch", "KILL", False, None),
+    ("export", "write#1", "KILL", False, None),
+    ("export", "write#2", "KILL", False, None),
+    ("export", "write#3", "TERM", False, None),
+    ("export", "export.written", "KILL", False, None),
+    ("export", "write#5", "INT", False, None),
+    ("rebase", "rebase.started", "KILL", False, None),
+    ("rebase", "git-rebase", "TERM", False, None),
+    ("rebase", "in-git-rebase", "KILL", False, BIG_LIMIT),
+    ("rebase", "in-git-rebase", "INT", True, BIG_LIMIT),
+    ("rebase", "git-range-diff", "KILL", False, None),
+    ("rebase", "rebase.finishing", "KILL", True, None),
+    ("rebase", "write#3", "TERM", False, None),
+    ("rebase --continue", "git-rebase", "KILL", False, None),
+    ("rebase --continue", "in-git-rebase", "KILL", False, 80),
+    ("rebase --continue", "rebase.finishing", "TERM", False, None),
+    ("rebase --continue", "write#1", "INT", False, None),
+    ("rebase --abort", "git-stash", "KILL", False, None),
+    ("rebase --abort", "in-git-stash", "KILL", False, 80),
+    ("rebase --abort", "git-rebase", "KILL", True, None),
+    ("rebase --abort", "in-git-rebase", "TERM", False, 80),
+    ("rebase --abort", "git-diff", "KILL", False, None),
+    ("rebase --abort", "write#1", "INT", False, None),
+    ("docs", "git-rebase", "KILL", False, None),
+    ("docs", "in-git-rebase", "KILL", True, 80),
+    ("docs", "git-format-patch", "TERM", False, None),
+    ("docs", "write#2", "INT", False, None),
+    ("carry", "carry.pin-side", "KILL", False, None),
+    ("carry", "git-am", "KILL", True, None),
+    ("carry", "in-git-worktree", "KILL", False, 80),
+    ("carry", "carry.started", "TERM", False, None),
+    ("carry", "git-rebase", "KILL", False, None),
+    ("carry", "in-git-rebase", "KILL", False, 80),
+    ("carry", "carry.finishing", "KILL", False, None),
+    ("carry", "write#4", "INT", False, None),
+]
+
+_made: dict[str, tuple[Path, dict, Path]] = {}
+
+
+def _starting_point(name: str, tmp_path_factory, capsys, monkeypatch) -> tuple[Path, dict]:
+    """The scenario's starting point (a toolkit root and its sdist cache),
+    made once per module; the cache is this test's."""
+    if name not in _made:
+        folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", name))
+        cache = folder / "cache" / "sdists"
+        monkeypatch.setenv("VLLM_SERIES_CACHE", str(cache.parent))
+        root = folder / "root"
+        (root / "patches").mkdir(parents=True)
+        (root / "patches" / "series").write_text("")
+        sha = add_release(cache, "0.0.1", BASE_FILES)
+        scratch = folder / "scratch"
+        base.ensure_repo(scratch)
+        commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=quiet)
+        base.write_pin(root, base.Pin("0.0.1", sha, commit))
+        shutil.rmtree(scratch)
+        case, facts = CASES[name], {}
+        call = cli_caller(capsys, root)
+        if name.startswith(("rebase", "carry")):
+            case.setup(call, root, facts, cache)
+        else:
+            case.setup(call, root, facts)
+        _made[name] = (root, facts, cache)
+    root, facts, cache = _made[name]
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(cache.parent))
+    return root, facts
+
+
+@pytest.mark.parametrize(
+    "scenario, at, sig, group, fsize",
+    KILLS,
+    ids=[f"{s}-{a}-{sig}{'-group' if grp else ''}" for s, a, sig, grp, _ in KILLS],
+)
+def test_a_killed_command_is_recovered(
+    scenario, at, sig, group, fsize, tmp_path, tmp_path_factory, capsys, monkeypatch
+):
+    monkeypatch.setenv("VLLM_SERIES_QUIET", "1")
+    template, facts = _starting_point(scenario, tmp_path_factory, capsys, monkeypatch)
+    root = tmp_path / "root"
+    shutil.copytree(template, root, symlinks=True)
+    case = CASES[scenario]
+    killed(root, *case.argv, at=at, sig=sig, group=group, fsize=fsize)
+    call = cli_caller(capsys, root)
+    if case.recover is None:
+        ok(call(*case.argv))
+    else:
+        case.recover(call, root, facts)
+    case.check(call, root, facts)

@@ -1,0 +1,513 @@
+"""serieskit.checks.figures: the docs' figures come from results/, in marked
+blocks that `figures` rewrites and `figures --check` (a CI stage) holds to
+the files; each figure carries its machine's label; CI's own timing becomes
+a results file only from a complete run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from serieskit import cli, results
+from serieskit.checks import benchmarks, blocks, evidence, figures, pipeline
+from serieskit.errors import ToolkitError
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = results.machine_block(["NVIDIA H200"], "580", "2.11.0+cu130", "13.0")
+H200X2 = results.machine_block(["NVIDIA H200"] * 2, "580", "2.11.0+cu130", "13.0", p2p="off")
+TEST = "tests/kernels/test_op.py"
+
+
+def patch_file(subject: str, name: str) -> str:
+    return (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: A <a@example.com>\n"
+        f"Subject: [PATCH] {subject}\n\nWhy.\n\nPatch-Name: {name}\n---\n"
+    )
+
+
+def write_run(root: Path, name: str, *, base: str, machine: dict, date: str, **body) -> None:
+    series = {"base": base, "commit": None, "tree": None, "files": {}, "files_from": None}
+    figs = body.pop("figures", {})
+    tests = body.pop("test_files", None)
+    kind = "tests" if tests else "bench"
+    doc = results.document(
+        kind, body, machine=machine, series=series, figures=figs, date=date, test_files=tests
+    )
+    results.write(root / "results" / name, doc)
+
+
+def counts(passed: int, skipped: int = 0) -> dict:
+    return {"passed": passed, "failed": 0, "skipped": skipped, "errors": 0}
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """A toolkit root with two patches, their manifest and a few results files."""
+    (tmp_path / "pin.toml").write_text(
+        f'[base]\nversion = "0.33.0"\nsha256 = "{"a" * 64}"\ncommit = "{"c" * 40}"\n'
+    )
+    p = tmp_path / "patches"
+    p.mkdir()
+    (p / "series").write_text("0001-Kernel-op.patch\n0002-Perf-overlap.patch\n")
+    (p / "0001-Kernel-op.patch").write_text(
+        patch_file("[Kernel] An op for head\n dim 256", "kernel-op")
+    )
+    (p / "0002-Perf-overlap.patch").write_text(patch_file("[Perf] Overlap", "tp-prefill-overlap"))
+    (p / "manifest.toml").write_text(
+        f'[[patch]]\nname = "kernel-op"\ntests = ["{TEST}"]\n\n'
+        '[[patch]]\nname = "tp-prefill-overlap"\n'
+        'tests = ["tests/v1/worker/test_prefill_overlap.py"]\n'
+    )
+    # An older file on the pin, a newer one on the old base, and the newest on the pin.
+    write_run(
+        tmp_path,
+        "old.json",
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-01-01T00:00:00Z",
+        test_files={TEST: counts(10)},
+    )
+    write_run(
+        tmp_path,
+        "older_base.json",
+        base="vllm==0.26.0",
+        machine=H200,
+        date="2026-03-01T00:00:00Z",
+        test_files={TEST: counts(99)},
+    )
+    write_run(
+        tmp_path,
+        "new.json",
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-02-01T00:00:00Z",
+        test_files={TEST: counts(12, 1)},
+    )
+    write_run(
+        tmp_path,
+        "two.json",
+        base="vllm==0.26.0",
+        machine=H200X2,
+        date="2025-12-01",
+        test_files={"tests/v1/worker/test_prefill_overlap.py": counts(98)},
+    )
+    write_run(
+        tmp_path,
+        "ab.json",
+        base="vllm==0.26.0",
+        machine=H200X2,
+        date="2025-12-02",
+        figures={
+            "overlap.prefill_change_pct": results.figure(-4.61, "%", "overlap", "x"),
+            "overlap+copy-engine.prefill_change_pct": results.figure(-5.12, "%", "both", "y"),
+        },
+    )
+    (tmp_path / "docs").mkdir()
+    return tmp_path
+
+
+def page(*names: str, before: str = "Intro.\n", after: str = "\nEnd.\n") -> str:
+    body = "".join(f"<!-- figures:{n} -->\nold text\n<!-- /figures:{n} -->\n" for n in names)
+    return before + body + after
+
+
+def test_the_series_table_takes_the_newest_run_on_the_pin(root):
+    text = blocks.series(evidence.Evidence(root))
+    row = next(line for line in text.splitlines() if line.startswith("| `0001`"))
+    # The pin's newest run, not the newer one on the old base, nor the older one.
+    assert "`test_op.py` 12 passed, 1 skipped" in row
+    assert "(`new.json`)" in row
+    assert "[Kernel] An op for head dim 256" in row  # the folded subject, unfolded
+    assert "| none needed |" in row
+    assert "one H200, vLLM 0.33.0 (H200 figures, not Turing figures)" in text.splitlines()[0]
+
+
+def test_two_gpu_evidence_says_which_base_it_ran_on(root):
+    text = blocks.series(evidence.Evidence(root))
+    row = next(line for line in text.splitlines() if line.startswith("| `0002`"))
+    assert "`test_prefill_overlap.py`: not run on one GPU" in row
+    assert "last run on vLLM 0.26.0: `test_prefill_overlap.py` 98 passed" in row
+    assert "A/B prefill -4.6 % (-5.1 % with the copy engine)" in row
+    assert "(`ab.json`, `two.json`)" in row
+
+
+def test_on_one_day_the_run_with_more_tests_wins(root):
+    write_run(
+        root,
+        "same_day_small.json",
+        base="vllm==0.26.0",
+        machine=H200X2,
+        date="2025-12-01",
+        test_files={"tests/v1/worker/test_prefill_overlap.py": counts(60)},
+    )
+    ev = evidence.Evidence(root)
+    run = ev.with_tests("tests/v1/worker/test_prefill_overlap.py", gpus=2)
+    assert run is not None and run.name == "two.json"
+
+
+def test_rewrite_keeps_the_text_around_blocks_and_is_idempotent(root):
+    (root / "README.md").write_text(page("series"))
+    assert figures.check(root) is not None
+    figures.update(root, log=lambda _: None)
+    text = (root / "README.md").read_text()
+    assert text.startswith("Intro.\n<!-- figures:series -->\n\n| patch |")
+    assert text.endswith("\n\n<!-- /figures:series -->\n\nEnd.\n")
+    assert "old text" not in text
+    assert figures.check(root) is None
+    assert figures.update(root, log=lambda _: None) == []
+
+
+def test_check_gives_a_diff_when_a_results_file_changes(root):
+    (root / "docs" / "page.md").write_text(page("series"))
+    figures.update(root, log=lambda _: None)
+    write_run(
+        root,
+        "newest.json",
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-04-01",
+        test_files={TEST: counts(13)},
+    )
+    diff = figures.check(root)
+    assert diff is not None
+    assert diff.startswith("--- a/docs/page.md\n+++ b/docs/page.md\n")
+    assert "-| `0001`" in diff and "`test_op.py` 13 passed" in diff
+    with pytest.raises(ToolkitError, match=r"run `nox -s figures` and commit\n--- a/docs/page.md"):
+        figures.session(root, check_only=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (page("nonsense"), r"page.md:2: no block is named 'nonsense' \(known: "),
+        ("<!-- figures:series -->\nrest\n", r"page.md:1: block 'series' is not closed"),
+        (
+            "<!-- figures:series -->\n<!-- /figures:runs -->\n",
+            r"block 'series' is not closed by '<!-- /figures:series -->'",
+        ),
+        ("text\n<!-- /figures:series -->\n", r"page.md:2: '<!-- /figures:series -->' closes no"),
+    ],
+)
+def test_a_broken_mark_is_one_error_naming_the_line(root, text, message):
+    (root / "docs" / "page.md").write_text(text)
+    with pytest.raises(ToolkitError, match=message):
+        figures.check(root)
+
+
+def test_a_missing_results_folder_entry_is_said_plainly(root):
+    (root / "results" / "broken.json").write_text("{not json")
+    (root / "README.md").write_text(page("series"))
+    with pytest.raises(ToolkitError, match=r"results/broken.json is not readable JSON"):
+        figures.check(root)
+
+
+def test_the_command_line_fails_with_one_error_line_and_the_diff(root, capsys):
+    (root / "README.md").write_text(page("series"))
+    assert cli.run(["figures", "--check"], root) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        "error: figures: blocks in the docs differ from results/: run `nox -s figures` and commit"
+    )
+    assert "  --- a/README.md" in err
+    assert cli.run(["figures"], root) == 0
+    assert cli.run(["figures", "--check"], root) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "signed", "text"),
+    [
+        (0.0390752, "ms", False, "0.039 ms"),
+        (19.106111, "ms", False, "19.11 ms"),
+        (165.8, "ms", False, "165.8 ms"),
+        (1286.1, "ms", False, "1,286 ms"),
+        (0.437984, "fraction", False, "43.8 %"),
+        (-4.6118, "%", True, "-4.6 %"),
+        (0.3191, "%", False, "0.3 %"),
+        (4151.6, "GB/s", False, "4,151.6 GB/s"),
+        (310, "tests", False, "310 tests"),
+        (None, "ms", False, "(not recorded)"),
+    ],
+)
+def test_values_are_written_the_same_way_everywhere(value, unit, signed, text):
+    assert evidence.fmt(value, unit, signed=signed) == text
+
+
+# --- CI's own timing ----------------------------------------------------------------
+
+
+def write_timings(root: Path, complete: bool) -> None:
+    stages = [
+        {"name": n, "seconds": s, "budget_s": 600, "ok": ok}
+        for n, s, ok in [
+            ("apply", 20.0, True),
+            ("test requirements", 100.0, True),
+            ("build", 40.0, True),
+            ("lint", 300.0, complete),
+            ("series tests", 200.0, True),
+        ][: 5 if complete else 4]
+    ]
+    dest = root / ".work" / pipeline.TIMINGS
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(s["seconds"] for s in stages)
+    dest.write_text(json.dumps({"complete": complete, "total_s": total, "stages": stages}))
+
+
+def test_ci_timing_is_not_yet_measured_without_a_recorded_run(root):
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert "not yet measured" in text and "--record-ci" in text
+
+
+def test_an_incomplete_ci_run_is_not_recorded(root):
+    write_timings(root, complete=False)
+    with pytest.raises(ToolkitError, match=r"did not complete \(stage 'lint' failed\)"):
+        figures.record_ci(root, log=lambda _: None)
+    assert not (root / "results" / evidence.CI_TIMINGS).exists()
+    (root / ".work" / pipeline.TIMINGS).unlink()
+    with pytest.raises(ToolkitError, match=r"no \.work/ci/timings\.json: run `nox -s ci` first"):
+        figures.record_ci(root, log=lambda _: None)
+
+
+def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
+    write_timings(root, complete=True)
+    dest = figures.record_ci(root, log=lambda _: None)
+    doc = json.loads(dest.read_text())
+    assert results.validate(doc) == []
+    assert doc["kind"] == "ci" and doc["figures"]["total_s"]["value"] == 660.0
+    assert doc["machine"]["label"].startswith("CPU run (no GPU")
+    ev = evidence.Evidence(root)
+    line = blocks.commands_timing(ev)
+    assert "`nox -s ci` took 11 min 0 s" in line
+    # the main command: apply + test requirements + build + series tests
+    assert "(apply, test requirements, build, series tests) 6 min 0 s" in line
+    table = blocks.ci_timings(ev)
+    assert "| lint | 5 min 0 s | 10 min 0 s |" in table
+
+
+# --- the committed pages ----------------------------------------------------------------
+
+
+def test_the_committed_pages_are_what_the_results_say():
+    """What CI's `figures --check` stage runs."""
+    assert figures.check(REPO) is None, "run `nox -s figures` and commit"
+
+
+def test_every_gpu_figure_in_the_docs_carries_its_machine_label():
+    ev = evidence.Evidence(REPO)
+    for name, render in blocks.BLOCKS.items():
+        text = render(ev)
+        for run in ev.runs:
+            if f"`{run.path}`" not in text:
+                continue
+            label = str(run.machine.get("label"))
+            assert label in text, f"block {name} quotes {run.path} without its label {label!r}"
+            if run.gpus and "H200" in label:
+                assert "not a Turing figure" in label or "not Turing speed" in label
+    assert "the seed's Turing figure" in benchmarks.seed(ev)
+
+
+# A measured value: a time, a bandwidth, a rate, a share, a test count.
+MEASURED = re.compile(
+    r"\b\d[\d,]*(\.\d+)? ?(ms|us|µs|GB/s|TFLOP/s|%)(?!\w)|\b\d+ (passed|failed|skipped)\b"
+)
+OWN_PAGES = [
+    "README.md",
+    "docs/user-guide.md",
+    "docs/contributing.md",
+    "docs/gpu-evidence.md",
+    "docs/measured.md",
+    "docs/nothing-is-lost.md",
+    "docs/pull-requests.md",
+    "docs/serve-on-turing.md",
+]
+
+
+def outside_blocks(text: str) -> str:
+    text = re.sub(r"<!-- figures:([\w-]+) -->.*?<!-- /figures:\1 -->", "", text, flags=re.S)
+    return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+
+
+@pytest.mark.parametrize("page_path", OWN_PAGES)
+def test_no_measured_figure_sits_outside_a_block(page_path):
+    loose = [m.group(0) for m in MEASURED.finditer(outside_blocks((REPO / page_path).read_text()))]
+    assert not loose, f"{page_path}: figures written by hand: {loose} (put them in a block)"
+
+
+def test_the_pattern_finds_a_figure_written_by_hand_and_only_there():
+    text = "took 1.5 ms\n<!-- figures:series -->\n2 ms\n<!-- /figures:series -->\n```\n3 ms\n```\n"
+    assert [m.group(0) for m in MEASURED.finditer(outside_blocks(text))] == ["1.5 ms"]
+    assert MEASURED.search("98 passed") and MEASURED.search("43.8 %")
+    assert not MEASURED.search("head dim 256, 2048 tokens, sm_75")
+
+
+# --- runs on an earlier version of the files they cover ------------------------------
+
+OLD_CU, NEW_CU, PY, TEST_BLOB = "1" * 40, "2" * 40, "3" * 40, "4" * 40
+
+
+def diff(path: str, old: str, new: str) -> str:
+    """One `git format-patch --full-index` diff that replaces one line."""
+    return (
+        f"diff --git a/{path} b/{path}\nindex {old}..{new} 100644\n--- a/{path}\n+++ b/{path}\n"
+        "@@ -1 +1 @@\n-old\n+new\n"
+    )
+
+
+@pytest.fixture
+def blobs_root(root) -> Path:
+    """The root's two patches with diffs: 0001 adds csrc/op.cu and its test;
+    0002 adds overlap.py, changes op.cu again (the last word on it), deletes
+    gone.py and renames old.py."""
+    p = root / "patches"
+    (p / "0001-Kernel-op.patch").write_text(
+        patch_file("[Kernel] An op", "kernel-op")
+        + diff("csrc/op.cu", "0" * 40, OLD_CU)
+        + diff(TEST, "0" * 40, TEST_BLOB)
+    )
+    (p / "0002-Perf-overlap.patch").write_text(
+        patch_file("[Perf] Overlap", "tp-prefill-overlap")
+        + diff("vllm/overlap.py", "0" * 40, PY)
+        + diff("csrc/op.cu", OLD_CU, NEW_CU)
+        + "diff --git a/vllm/gone.py b/vllm/gone.py\ndeleted file mode 100644\n"
+        f"index {'5' * 40}..{'0' * 40}\n--- a/vllm/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+        "diff --git a/vllm/old.py b/vllm/moved.py\nsimilarity index 100%\n"
+        "rename from vllm/old.py\nrename to vllm/moved.py\n"
+    )
+    return root
+
+
+def run_on(root: Path, name: str, files: dict[str, str], **extra) -> None:
+    """A one-GPU run on the pin of TEST that recorded ``files``."""
+    write_run(
+        root,
+        name,
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-05-01",
+        test_files={TEST: counts(20)},
+        **extra,
+    )
+    path = root / "results" / name
+    doc = json.loads(path.read_text())
+    doc["series"]["files"] = files
+    path.write_text(json.dumps(doc))
+
+
+def test_the_series_head_is_read_from_the_patch_files_index_lines(blobs_root):
+    ev = evidence.Evidence(blobs_root)
+    assert ev.head == {
+        "csrc/op.cu": NEW_CU,  # the last patch that touches it
+        TEST: TEST_BLOB,
+        "vllm/overlap.py": PY,
+        "vllm/gone.py": None,  # deleted
+        "vllm/old.py": None,  # renamed away; the new name has no index line, so no blob
+    }
+    assert ev.patches[0].files == frozenset({"csrc/op.cu", TEST})
+
+
+def test_a_run_on_the_current_files_is_not_marked(blobs_root):
+    run_on(blobs_root, "now.json", {"csrc/op.cu": NEW_CU, TEST: TEST_BLOB, "vllm/overlap.py": PY})
+    row = next(
+        line
+        for line in blocks.series(evidence.Evidence(blobs_root)).splitlines()
+        if line.startswith("| `0001`")
+    )
+    assert "`test_op.py` 20 passed (`now.json`)" in row
+    assert "ran before" not in row
+
+
+def test_a_run_before_the_current_version_of_a_file_says_which(blobs_root):
+    # op.cu as 0001 left it, before 0002 changed it again; the test file current.
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    ev = evidence.Evidence(blobs_root)
+    row = next(line for line in blocks.series(ev).splitlines() if line.startswith("| `0001`"))
+    assert "(`then.json`: ran before the current version of `op.cu`)" in row
+    run = ev.named("then.json")
+    # 0002's files: overlap.py was not in that run's series at all.
+    assert ev.predates(run, ["tp-prefill-overlap"]) == (
+        "ran before the current version of `op.cu` and `overlap.py`"
+    )
+    assert ev.predates_note(run, ["kernel-op"]) == (
+        " It ran before the current version of `op.cu` of patch 0001."
+    )
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`then.json`" in line)
+    assert runs_row.endswith("| every patch |")  # 0001's op.cu, 0002's op.cu and overlap.py
+    tests_row = next(line for line in blocks.gpu_tests(ev).splitlines() if "`then.json`" in line)
+    assert tests_row.endswith("| ran before the current version of `op.cu` |")
+
+
+def test_the_code_is_named_first_and_the_rest_counted(blobs_root):
+    run_on(blobs_root, "old.json", {})  # recorded nothing it changed: every file differs
+    path = blobs_root / "results" / "old.json"
+    doc = json.loads(path.read_text())
+    doc["series"]["files"] = {"unrelated.py": "9" * 40}
+    path.write_text(json.dumps(doc))
+    ev = evidence.Evidence(blobs_root)
+    words = ev.predates(ev.named("old.json"), ["kernel-op", "tp-prefill-overlap"], shown=1)
+    assert words == "ran before the current version of `op.cu` and 2 other files"
+
+
+def test_only_the_patches_whose_files_changed_are_named(blobs_root):
+    # Current for 0002's overlap.py, but op.cu (0001's and 0002's) and 0001's test are older.
+    run_on(blobs_root, "mixed.json", {"csrc/op.cu": NEW_CU, TEST: "6" * 40, "vllm/overlap.py": PY})
+    ev = evidence.Evidence(blobs_root)
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`mixed.json`" in line)
+    assert runs_row.endswith("| 0001 |")
+    assert ev.predates(ev.named("mixed.json"), ["tp-prefill-overlap"]) == ""
+    assert ev.predates(ev.named("mixed.json"), ["kernel-op"]) == (
+        "ran before the current version of `test_op.py`"
+    )
+
+
+def test_a_run_that_recorded_no_files_says_so(blobs_root):
+    ev = evidence.Evidence(blobs_root)
+    run = ev.named("new.json")  # the fixture's runs record no files
+    assert ev.outdated(run, ["kernel-op"]) is None
+    assert ev.predates_note(run, ["kernel-op", "tp-prefill-overlap"]) == (
+        " Which version of the files of the series it ran on is not recorded."
+    )
+    runs_row = next(line for line in blocks.runs(ev).splitlines() if "`new.json`" in line)
+    assert runs_row.endswith("| not recorded |")
+
+
+def test_a_benchmark_caption_names_the_files_changed_since(blobs_root, monkeypatch):
+    monkeypatch.setitem(benchmarks.COVERS, "crossover", ["kernel-op"])
+    run_on(
+        blobs_root,
+        "cross.json",
+        {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB},
+        figures={"ctx0_decodes0.crossover_query_len": results.figure(256, "tokens", "q", "x")},
+    )
+    text = benchmarks.crossover(evidence.Evidence(blobs_root))
+    assert text.endswith("2026-05-01. It ran before the current version of `op.cu` of patch 0001.")
+
+
+def test_figures_and_claims_follow_one_rule(blobs_root):
+    """The pull requests' claims and the docs' figures name the same files as
+    changed since a run (serieskit.results.changed_since)."""
+    from serieskit.pr import claims
+
+    run_on(
+        blobs_root,
+        "claim.json",
+        {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB},
+        figures={"t": results.figure(1.0, "ms", "t", "x")},
+    )
+    ev = evidence.Evidence(blobs_root)
+    files = ev.patches[0].files
+    checked = claims.check(
+        blobs_root,
+        claims.Claim("results/claim.json", "figures.t", "t", "ms", "NVIDIA H200"),
+        {f: {ev.head[f]} for f in files},
+    )
+    stale = [p for p in checked.problems if p.startswith("stale:")]
+    assert [c.path for c in ev.outdated(ev.named("claim.json"), ["kernel-op"]) or []] == [
+        "csrc/op.cu"
+    ]
+    assert stale == [
+        "stale: results/claim.json ran on a series where csrc/op.cu changed since the run "
+        f"(recorded {OLD_CU[:12]}, head {NEW_CU[:12]})"
+    ]
