@@ -285,6 +285,14 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     assert "(apply, test requirements, build, series tests) 6 min 0 s" in line
     table = blocks.ci_timings(ev)
     assert "| lint | 5 min 0 s | 10 min 0 s |" in table
+    # A run whose pipeline names the main command's stages ([main_command]) is
+    # summed as it says.
+    timings = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
+    timings["main_command"] = {"command": "nox -s x", "stages": ["apply", "build"], "seconds": 1}
+    (root / ".work" / pipeline.TIMINGS).write_text(json.dumps(timings))
+    figures.record_ci(root, log=lambda _: None)
+    line = blocks.commands_timing(evidence.Evidence(root))
+    assert "(apply, build) " in line
 
 
 # --- the committed pages ----------------------------------------------------------------

@@ -331,13 +331,24 @@ def ci_timings(ev: Evidence) -> str:
     )
 
 
+def _main_stages(run: Run) -> tuple[str, ...]:
+    """The stages that make up the main command: as the run's pipeline named
+    them (ci/pipeline.toml's [main_command], in timings.json), else the
+    default."""
+    main = run.doc.get("main_command")
+    stages = main.get("stages") if isinstance(main, dict) else None
+    if isinstance(stages, list) and stages and all(isinstance(n, str) for n in stages):
+        return tuple(stages)
+    return MAIN_STAGES
+
+
 def _main_command(run: Run) -> str:
     took = {
         s.get("name"): float(s.get("seconds") or 0)
         for s in run.doc.get("stages") or []
         if isinstance(s, dict)
     }
-    return duration(sum(took.get(s, 0.0) for s in MAIN_STAGES))
+    return duration(sum(took.get(s, 0.0) for s in _main_stages(run)))
 
 
 def commands_timing(ev: Evidence) -> str:
@@ -348,7 +359,7 @@ def commands_timing(ev: Evidence) -> str:
     total = duration(float(run.doc.get("total_s") or 0))
     return (
         f"Measured by CI itself: `nox -s ci` took {total}, and the stages that make up the "
-        f"main job ({', '.join(MAIN_STAGES)}) {_main_command(run)}; {run.caption()}."
+        f"main job ({', '.join(_main_stages(run))}) {_main_command(run)}; {run.caption()}."
     )
 
 
