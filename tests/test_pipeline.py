@@ -108,6 +108,15 @@ def test_committed_pipeline_runs_what_ci_must():
     )
 
 
+def test_the_committed_budgets_add_up_to_the_goals():
+    """Issue 24: CI in at most 15 minutes and the main command in at most 6
+    on a fresh 2-core machine; every stage within its budget keeps to that."""
+    p = pipeline.load(REPO, INSTALLS)
+    assert sum(s.budget_s for s in p.stages) <= 15 * 60
+    assert p.main is not None
+    assert sum(s.budget_s for s in p.stages if s.name in p.main.stages) <= 6 * 60
+
+
 def test_each_stage_is_timed_against_its_budget(tmp_path):
     root = write(tmp_path, TWO)
     rec = Recorder()
