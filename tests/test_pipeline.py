@@ -135,7 +135,8 @@ def test_each_stage_is_timed_against_its_budget(tmp_path):
     ]
     assert [s["over_budget"] for s in data["stages"]] == [False, True]
     assert [s["load_at_end"] for s in data["stages"]] == [[1.0, 1.0, 1.0], [2.0, 1.5, 1.0]]
-    assert data["machine"]["load_at_start"] == [0.5, 0.25, 0.75]
+    assert data["ci_machine"]["load_at_start"] == [0.5, 0.25, 0.75]
+    assert data["ci_machine"]["cores"] and data["timings_schema"] == pipeline.TIMINGS_SCHEMA
     assert data["budget_total_s"] == 110 and data["main_command"] is None
     assert "ci: load average 0.5 at the start, 2.0 at the end" in "\n".join(lines)
 

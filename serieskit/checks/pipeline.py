@@ -283,11 +283,13 @@ def timings_document(
             ),
         }
     return {
-        "schema": TIMINGS_SCHEMA,
+        "timings_schema": TIMINGS_SCHEMA,
         "pipeline": PIPELINE,
         "commit": commit,
         "started": started,
-        "machine": {
+        # Not "machine": results/ci_timings.json (figures --record-ci) puts
+        # the results header's machine beside these keys.
+        "ci_machine": {
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "load_at_start": [round(x, 2) for x in load_at_start],
