@@ -45,7 +45,8 @@ def _install(session: nox.Session, what: str, requirements: list[str], large: bo
     its progress. The large installs skip pip's byte-compiling of every
     module (--no-compile): it was half of their install time here, while the
     tests import a small part of torch and its dependencies, compiled on
-    first import."""
+    first import and kept (under .work/pycache where PYTHONDONTWRITEBYTECODE
+    is set: serieskit/checks/runner.py, bytecode_env)."""
     took = " (minutes on a first run: torch and its CUDA libraries are large)"
     session.log(f"installing {what}: {' '.join(requirements)}" + (took if large else ""))
     session.install(*(["--no-compile"] if large else []), *requirements, silent=False)

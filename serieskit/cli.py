@@ -117,7 +117,12 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
         slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
         rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
         outcomes = runner.run_all(
-            tree, series.test_files(t), t.out("test-results"), coverage=rc, jobs=jobs
+            tree,
+            series.test_files(t),
+            t.out("test-results"),
+            coverage=rc,
+            jobs=jobs,
+            pycache=t.out("pycache"),
         )
         if rc:
             dest = t.out("pr") / "coverage" / f"{slug}.json"

@@ -288,6 +288,37 @@ def test_files_run_at_once_and_report_in_their_order(tmp_path, monkeypatch):
     assert runner.thread_env(1) == {}
 
 
+BYTECODE = """
+import os
+import sys
+from pathlib import Path
+
+
+def test_where_bytecode_goes():
+    text = f"PREFIX {sys.pycache_prefix} NOWRITE {sys.flags.dont_write_bytecode}"
+    Path(os.environ["SAY_TO"]).write_text(text)
+"""
+
+
+def test_bytecode_is_kept_under_work_where_the_shell_forbids_writing_it(tmp_path, monkeypatch):
+    """With PYTHONDONTWRITEBYTECODE set, the test processes (whose torch pip
+    did not byte-compile) keep their bytecode in the given folder instead of
+    compiling everything anew in each process."""
+    tree = make_tree(tmp_path)
+    (tree / "tests/test_bytecode.py").write_text(BYTECODE)
+    pycache = tmp_path / "pycache"
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("SAY_TO", str(tmp_path / "said"))
+    outcome = runner.run_file(tree, "tests/test_bytecode.py", tmp_path, pycache=pycache)
+    assert outcome.ok
+    assert (tmp_path / "said").read_text() == f"PREFIX {pycache.resolve()} NOWRITE 0"
+    assert list(pycache.rglob("*.pyc"))  # pytest's own modules, at least
+    # Without the variable, Python's own placement stays.
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    env = runner.bytecode_env({"A": "1"}, pycache)
+    assert env == {"A": "1"}
+
+
 def test_one_file_at_a_time_where_there_is_a_gpu(monkeypatch):
     monkeypatch.setattr(runner, "cores", lambda: 16)
     monkeypatch.setattr(runner, "has_gpu", lambda: True)

@@ -88,15 +88,17 @@ def run_file(
     timeout: float = 1800,
     select: str | None = None,
     coverage: Path | None = None,
+    pycache: Path | None = None,
 ) -> Outcome:
     """One test file in a pytest process of its own; `select` is pytest's -k;
-    `coverage` an rc file of :func:`coverage_rc` (run under coverage.py)."""
+    `coverage` an rc file of :func:`coverage_rc` (run under coverage.py);
+    `pycache` see :func:`bytecode_env`."""
     if not (tree / test).is_file():
         raise ToolkitError(f"test file {test} is not in {tree}")
     xml = out_dir / (test.replace("/", "__") + ".xml")
     xml.unlink(missing_ok=True)
     start = time.monotonic()
-    run_env = dict(os.environ, **(env or {}))
+    run_env = bytecode_env(dict(os.environ, **(env or {})), pycache)
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p
     )
@@ -134,6 +136,21 @@ def run_file(
         outcome.errors += 1  # crashed or timed out before reporting
         outcome.failures.append(f"{test} (pytest exit {code})")
     return outcome
+
+
+def bytecode_env(env: dict[str, str], pycache: Path | None) -> dict[str, str]:
+    """``env`` for a test process. The test environments skip pip's
+    byte-compiling (noxfile.py): each module is compiled on its first import
+    and its bytecode kept. Where PYTHONDONTWRITEBYTECODE is set (some shells
+    and CI images set it), none would be kept, and every test process would
+    compile torch, transformers and vLLM anew (about 17 s of CPU each here,
+    more than its tests); with ``pycache`` given, the bytecode goes there
+    instead (PYTHONPYCACHEPREFIX), never beside the sources."""
+    if pycache is None or not env.get("PYTHONDONTWRITEBYTECODE"):
+        return env
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache.resolve())
+    return env
 
 
 def has_gpu() -> bool:

@@ -184,13 +184,18 @@ def load_baseline(where, base_commit: str, torch: str, tests: list[str]) -> Base
 
 
 def outcomes_on(
-    tree: Path, tests: list[str], out: Path, jobs: int = 1, log=print
+    tree: Path,
+    tests: list[str],
+    out: Path,
+    jobs: int = 1,
+    log=print,
+    pycache: Path | None = None,
 ) -> dict[str, dict[str, str]]:
     """{file: {test id: outcome}} of ``tests`` run on ``tree`` (a file that
     reports no test at all is an error: a baseline of nothing holds nothing)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**thread_env(jobs), **UPSTREAM_ENV}
-    run_in_order(tree, tests, out, jobs, {"env": env}, "upstream (base)", log)
+    run_in_order(tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream (base)", log)
     files = {f: case_results(out / (f.replace("/", "__") + ".xml")) for f in tests}
     for f, results in files.items():
         counts = ", ".join(f"{sum(r == o for r in results.values())} {o}" for o in OUTCOMES)
@@ -220,7 +225,14 @@ def record_baseline(where, tree: Path, jobs: int = 1, log=print) -> Path:
         torch,
         platform.python_version(),
         datetime.datetime.now(datetime.UTC).date().isoformat(),
-        outcomes_on(base_tree, tests, t.out("test-results") / UPSTREAM / "base", jobs, log),
+        outcomes_on(
+            base_tree,
+            tests,
+            t.out("test-results") / UPSTREAM / "base",
+            jobs,
+            log,
+            t.out("pycache"),
+        ),
     )
     path = t.patches / BASELINE
     path.write_text(baseline.to_json())
@@ -243,22 +255,29 @@ def upstream(where, tree: Path, jobs: int = 1, log=print) -> list[str]:
         f"upstream: {len(tests)} file(s) on the series, against {t.patches_label}/{BASELINE} "
         f"(recorded {baseline.recorded}, torch {baseline.torch})"
     )
-    found = compare_with_baseline(
-        baseline, tree, tests, t.out("test-results") / UPSTREAM / "series", jobs, log
-    )
+    out = t.out("test-results") / UPSTREAM / "series"
+    found = compare_with_baseline(baseline, tree, tests, out, jobs, log, t.out("pycache"))
     log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
     return found
 
 
 def compare_with_baseline(
-    baseline: Baseline, tree: Path, tests: list[str], out: Path, jobs: int = 1, log=print
+    baseline: Baseline,
+    tree: Path,
+    tests: list[str],
+    out: Path,
+    jobs: int = 1,
+    log=print,
+    pycache: Path | None = None,
 ) -> list[str]:
     """Run ``tests`` on ``tree``; return, as ``file::test``, the tests that
     passed in the baseline and neither pass nor skip now, and the failing
     tests the baseline does not know."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**thread_env(jobs), **UPSTREAM_ENV}
-    outcomes = run_in_order(tree, tests, out, jobs, {"env": env}, "upstream", log)
+    outcomes = run_in_order(
+        tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream", log
+    )
     found = []
     for test, outcome in zip(tests, outcomes, strict=True):
         base = baseline.files[test]
