@@ -35,15 +35,21 @@ MATPLOTLIB = "matplotlib==3.11.2"  # bench/plots.py (its test draws the committe
 # tests/test_layout.py runs the toolkit's import-layer contract (pyproject.toml),
 # as the import-linter hook of .pre-commit-config.yaml does, at the same pin.
 IMPORT_LINTER = "import-linter==2.17"
+# The toolkit's tests run on a worker per core in CI (ci/pipeline.toml).
+XDIST = "pytest-xdist==3.8.0"
 
 
 def _install(session: nox.Session, what: str, requirements: list[str], large: bool = False) -> None:
     """pip install, saying first what (and, for torch and vLLM's requirements,
     that it takes minutes); pip's own lines (collecting, downloading) are
-    its progress."""
-    took = " (several minutes on a first run: torch and its CUDA libraries are large)"
+    its progress. The large installs skip pip's byte-compiling of every
+    module (--no-compile): it was half of their install time here, while the
+    tests import a small part of torch and its dependencies, compiled on
+    first import and kept (under .work/pycache where PYTHONDONTWRITEBYTECODE
+    is set: serieskit/checks/runner.py, bytecode_env)."""
+    took = " (minutes on a first run: torch and its CUDA libraries are large)"
     session.log(f"installing {what}: {' '.join(requirements)}" + (took if large else ""))
-    session.install(*requirements, silent=False)
+    session.install(*(["--no-compile"] if large else []), *requirements, silent=False)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:
@@ -153,8 +159,10 @@ def lint_toolkit(session: nox.Session) -> None:
 
 @nox.session
 def test(session: nox.Session) -> None:
-    """Run the series' test files in the patched tree, one pytest process each
-    (-- --port V; -- --coverage: under coverage.py, a report per machine for the pr session)."""
+    """Run the series' test files in the patched tree, one pytest process each, a
+    file per core at once (-- --upstream: also upstream's tests of the touched files
+    against patches/upstream-baseline.json, as CI does; --record-upstream-baseline;
+    --jobs N; --port V; --coverage: a report per machine for the pr session)."""
     requirements = series.test_requirements(_target(session))
     tools = [TOOLKIT, PYTEST, runner.COVERAGE]
     _install(session, "the series' test requirements", tools + requirements, large=True)
@@ -165,12 +173,14 @@ def test(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """What CI runs (.ci/run): the stages of ci/pipeline.toml, each timed against
     its budget: the toolkit's own checks and tests, the docs' figures, apply,
-    export round-trip, build, the wheel, docs --check, lint and the series' CPU tests."""
+    export round-trip, build, the wheel, docs --check, lint, the series' CPU tests
+    and upstream's tests of the touched files against their recorded baseline."""
     installs = {
         "ci": lambda: [
             TOOLKIT,
             GITPYTHON,
             PYTEST,
+            XDIST,
             PRE_COMMIT,
             runner.COVERAGE,
             MATPLOTLIB,
@@ -205,8 +215,9 @@ def ci_port(session: nox.Session) -> None:
     """CI for one port (-- VERSION): apply, export round-trip, carried changes and
     kernels against the pin's series, docs --check, lint and the series' CPU tests on
     the port's torch. No build: carry --check holds csrc/sm7x/ to the pin's, built by
-    ci. Upstream's tests of the touched files (base vs series, about 25 minutes
-    here on 0.33.0) are left to `nox -s test -- --port VERSION`."""
+    ci. Upstream's tests of the touched files are left to
+    `nox -s test -- --upstream --port VERSION` (after recording the port's baseline
+    with `-- --record-upstream-baseline --port VERSION`)."""
     if len(session.posargs) != 1:
         session.error("ci_port takes the port's release: nox -s ci_port -- VERSION")
     version = session.posargs[0]
@@ -221,6 +232,6 @@ def ci_port(session: nox.Session) -> None:
         ["carry", version, "--check"],
         ["docs", "--check", *port],
         ["lint", *port],
-        ["test", "--no-upstream", *port],
+        ["test", *port],
     ):
         session.run("python", "-m", "serieskit", *step)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import files, results, status
 from serieskit.build import build, overlay, recipe, wheel
-from serieskit.checks import docs, figures, lint, runner
+from serieskit.checks import docs, figures, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
@@ -105,17 +105,34 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_test(args: argparse.Namespace, t: Target) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise ToolkitError(f"test --jobs takes a number of at least 1, not {args.jobs}")
     tree = series.applied_tree(t)
-    slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
-    rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
-    outcomes = runner.run_all(tree, series.test_files(t), t.out("test-results"), coverage=rc)
-    if rc:
-        dest = t.out("pr") / "coverage" / f"{slug}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
-        print(f"test: coverage of the series' test files on {slug}: {dest}")
-    # upstream's CPU tests of the touched files, on the base and on the series
-    regressions = [] if args.no_upstream else runner.upstream(t, tree)
+    jobs = args.jobs or runner.default_jobs()
+    if args.record_upstream_baseline:
+        upstream_tests.record_baseline(t, tree, jobs)
+        return
+    outcomes: list[runner.Outcome] = []
+    if not args.upstream_only:
+        slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
+        rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
+        outcomes = runner.run_all(
+            tree,
+            series.test_files(t),
+            t.out("test-results"),
+            coverage=rc,
+            jobs=jobs,
+            pycache=t.out("pycache"),
+        )
+        if rc:
+            dest = t.out("pr") / "coverage" / f"{slug}.json"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
+            print(f"test: coverage of the series' test files on {slug}: {dest}")
+    # upstream's CPU tests of the touched files, on the series, against the
+    # base's recorded outcomes
+    wanted = args.upstream or args.upstream_only
+    regressions = upstream_tests.upstream(t, tree, jobs) if wanted else []
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
@@ -276,10 +293,28 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
     ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
-    ts.add_argument(
-        "--no-upstream",
+    which = ts.add_mutually_exclusive_group()
+    which.add_argument(
+        "--upstream",
         action="store_true",
-        help="leave out upstream's tests of the touched files (base vs series)",
+        help="also upstream's tests of the files the series touches, on the series, against "
+        f"the base's outcomes recorded in {upstream_tests.BASELINE} (what CI runs)",
+    )
+    which.add_argument(
+        "--upstream-only", action="store_true", help="only those (CI's stage of its own)"
+    )
+    which.add_argument(
+        "--record-upstream-baseline",
+        action="store_true",
+        help=f"run upstream's tests of the touched files on the base alone and write "
+        f"patches/{upstream_tests.BASELINE} (after a rebase or a torch change)",
+    )
+    ts.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        help="test files at once, one process each (default: one per core; 1 with a GPU)",
     )
     ts.add_argument(
         "--coverage",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from conftest import BASE_FILES, add_release, make_sdist, quiet
@@ -123,6 +126,38 @@ def test_git_missing_or_too_old(monkeypatch):
     monkeypatch.setattr(git, "version", lambda: (2, 17))
     with pytest.raises(ToolkitError, match="git 2.17 is too old"):
         git.require_version()
+
+
+def test_two_sessions_fetching_at_once_download_once(cache, monkeypatch):
+    """Two work trees (or test workers) sharing the cache: the second waits
+    for the first's download instead of writing the same .part file."""
+    sha = add_release(cache, "0.0.1", BASE_FILES)
+    good = (cache / "vllm-0.0.1.tar.gz").read_bytes()
+    (cache / "vllm-0.0.1.tar.gz").unlink()
+    calls = []
+
+    def slow_download(name, version, dest):
+        calls.append(name)
+        dest.write_bytes(good[: len(good) // 2])
+        time.sleep(0.5)
+        dest.write_bytes(good)
+        return {"sha256": sha}
+
+    monkeypatch.setattr(base, "_download", slow_download)
+    got, lines = [], []
+    threads = [
+        threading.Thread(
+            target=lambda: got.append(base.fetch_sdist("0.0.1", sha, log=lines.append))
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["vllm-0.0.1.tar.gz"]
+    assert [digest for _, digest in got] == [sha, sha]
+    assert any("waiting for another download" in line for line in lines)
 
 
 def test_a_download_is_announced_before_it_starts(cache, monkeypatch):

@@ -1870,7 +1870,7 @@ READERS = [
     ["overlay"],
     ["wheel", "--no-module"],
     ["build"],
-    ["test", "--no-upstream"],
+    ["test"],
     ["docs"],
     ["docs", "--check"],
     ["lint"],

@@ -285,6 +285,16 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     assert "(apply, test requirements, build, series tests) 6 min 0 s" in line
     table = blocks.ci_timings(ev)
     assert "| lint | 5 min 0 s | 10 min 0 s |" in table
+    # A run whose pipeline names the main command's stages ([main_command]) is
+    # summed as it says.
+    timings = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
+    timings["main_command"] = {"command": "nox -s x", "stages": ["apply", "build"], "seconds": 1}
+    timings["ci_machine"] = {"cores": 2, "load_at_start": [1.5, 1.0, 1.0]}
+    timings["stages"][0]["load_at_end"] = [3.25, 2.0, 1.0]
+    (root / ".work" / pipeline.TIMINGS).write_text(json.dumps(timings))
+    figures.record_ci(root, log=lambda _: None)
+    line = blocks.commands_timing(evidence.Evidence(root))
+    assert "(apply, build) 1 min 0 s, load average 1.5 to 3.2 on 2 cores;" in line
 
 
 # --- the committed pages ----------------------------------------------------------------

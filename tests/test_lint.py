@@ -94,16 +94,19 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
     check = by_id["ruff-check"]
     assert check["entry"] == "ruff check --force-exclude"
     assert check["args"] == ["--output-format", "github", "--fix"]  # the tree's own args
-    assert check["additional_dependencies"] == ["ruff==0.14.0"]
+    # The Python hooks share one environment: the union of their dependencies.
+    shared = ["ruff==0.14.0", "clang-format==21.1.2", "mypy==1.20.2"]
+    assert check["additional_dependencies"] == shared
     assert check["language"] == "python"
     assert by_id["ruff-format"]["entry"] == "ruff format --force-exclude"
     clang = by_id["clang-format"]
-    assert clang["additional_dependencies"] == ["clang-format==21.1.2"]
+    assert clang["additional_dependencies"] == shared
     assert clang["types_or"] == ["c++", "cuda"]  # the tree's setting wins
     assert clang["entry"] == "clang-format -i"
     # Local hooks as written, all run in the one stage lint runs.
     assert by_id["mypy-3.11"]["entry"] == "python tools/mypy.py 3.11"
-    assert by_id["mypy-3.11"]["additional_dependencies"] == ["mypy==1.20.2"]
+    assert by_id["mypy-3.11"]["additional_dependencies"] == shared
+    assert "additional_dependencies" not in by_id["rust-fmt"]  # not a Python hook
     assert by_id["rust-fmt"]["stages"] == [lint.STAGE]
     assert offline["exclude"] == "vllm/third_party/.*"
     assert "default_stages" not in offline
@@ -134,6 +137,30 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
         "mypy-3.11",
         "rust-fmt",
     }
+
+
+def test_python_hooks_share_an_environment_unless_their_pins_contradict():
+    def hook(id, deps, **kw):
+        return {"id": id, "language": "python", "additional_dependencies": deps, **kw}
+
+    hooks = [
+        hook("a", ["PyYAML", "regex"]),
+        hook("b", ["mypy==1.20.2", "pyyaml==6.0.3"]),  # pins what a left bare
+        hook("c", []),
+        hook("d", ["mypy==1.19.0"]),  # contradicts b's pin
+        hook("e", ["regex"], language_version="python3.12"),  # its own Python
+        {"id": "f", "language": "system"},
+    ]
+    lint.share_python_env(hooks)
+    union = ["pyyaml==6.0.3", "regex", "mypy==1.20.2"]
+    assert [h.get("additional_dependencies") for h in hooks] == [
+        union,
+        union,
+        union,
+        ["mypy==1.19.0"],
+        ["regex"],
+        None,
+    ]
 
 
 def test_shellcheck_runs_where_installed_and_versions_lose_their_v():

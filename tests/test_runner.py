@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from serieskit.checks import runner
+from serieskit.checks import runner, upstream_tests
+from serieskit.errors import ToolkitError
+from serieskit.series import target
 
 PASSING = """
 import pytest
@@ -170,6 +172,13 @@ def test_fails_on_base_too():
 """
 
 
+def _baseline_of(tmp_path, trees, tests, lines):
+    files = upstream_tests.outcomes_on(
+        trees["base"], tests, tmp_path / "base-out", log=lines.append
+    )
+    return upstream_tests.Baseline("0.0.1", "b" * 40, "2.14.1", "3.11.7", "2026-01-02", files)
+
+
 def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
     trees = {}
     for name, text in (("base", UPSTREAM_BASE), ("series", UPSTREAM_SERIES)):
@@ -178,24 +187,151 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
         (trees[name] / "tests/test_up.py").write_text(text)
     (trees["base"] / "tests/test_gone.py").write_text("def test_a():\n    pass\n")
     (trees["series"] / "tests/test_gone.py").write_text("import nonexistent_module\n")
+    (trees["series"] / "tests/test_up.py").write_text(
+        UPSTREAM_SERIES + "\n\ndef test_added_by_series():\n    assert False\n"
+    )
+    tests = ["tests/test_up.py", "tests/test_gone.py"]
     lines: list[str] = []
-    found = runner.compare_upstream(
-        trees["base"],
-        trees["series"],
-        ["tests/test_up.py", "tests/test_gone.py"],
-        tmp_path / "out",
-        log=lines.append,
+    recorded = _baseline_of(tmp_path, trees, tests, lines)
+    assert "  tests/test_up.py: 3 passed, 1 failed, 0 skipped" in lines
+    # What the file keeps is what the series is held to: written and read back.
+    path = tmp_path / upstream_tests.BASELINE
+    path.write_text(recorded.to_json())
+    doc = json.loads(path.read_text())
+    assert doc["base"] == {"version": "0.0.1", "commit": "b" * 40}
+    assert doc["files"]["tests/test_up.py"]["failed"] == ["tests.test_up::test_fails_on_base_too"]
+    baseline = upstream_tests.Baseline.read(path, upstream_tests.BASELINE)
+    assert baseline == recorded
+
+    lines = []
+    found = upstream_tests.compare_with_baseline(
+        baseline, trees["series"], tests, tmp_path / "out", jobs=2, log=lines.append
     )
     assert found == [
         "tests/test_up.py::tests.test_up::test_broken_by_series",
+        "tests/test_up.py::tests.test_up::test_added_by_series",
         "tests/test_gone.py::tests.test_gone::test_a",
+        "tests/test_gone.py::::tests.test_gone",  # its collection error, as pytest names it
     ]
     text = "\n".join(lines)
     assert (
-        "base 3 passed (1 failed there too), series 1 passed, 1 regression(s); "
-        "the series changes this file"
+        "tests/test_up.py: baseline 3 passed (1 failed there too), series 1 passed, 2 regression(s)"
     ) in text
     assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
+    assert "FAILED tests.test_up::test_added_by_series: not in the baseline" in text
+
+
+def test_a_baseline_of_another_base_or_torch_is_refused_with_the_refresh_command(tmp_path):
+    root = tmp_path / "root"
+    (root / "patches").mkdir(parents=True)
+    t = target.Target(root, "0.0.1", "s" * 64, "b" * 40, root / "patches")
+    tests = ["tests/test_up.py"]
+    refresh = "nox -s test -- --record-upstream-baseline"
+    with pytest.raises(ToolkitError, match=f"upstream-baseline.json is missing.*`{refresh}`"):
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests)
+    recorded = upstream_tests.Baseline(
+        "0.0.1", "b" * 40, "2.14.1", "3.11.7", "2026-01-02", {tests[0]: {"t::a": "passed"}}
+    )
+    (root / "patches" / upstream_tests.BASELINE).write_text(recorded.to_json())
+    assert upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests) == recorded
+    with pytest.raises(ToolkitError, match=f"recorded on base bbbbbbbbbbbb .*`{refresh}`"):
+        upstream_tests.load_baseline(t, "c" * 40, "2.14.1", tests)
+    with pytest.raises(ToolkitError, match=f"recorded with torch 2.14.1; .* 2.15.0: .*`{refresh}`"):
+        upstream_tests.load_baseline(t, "b" * 40, "2.15.0", tests)
+    with pytest.raises(ToolkitError, match=f"no outcomes for tests/test_new.py: .*`{refresh}`"):
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", [*tests, "tests/test_new.py"])
+    (root / "patches" / upstream_tests.BASELINE).write_text('{"base": 1}')
+    with pytest.raises(ToolkitError, match="upstream-baseline.json is malformed"):
+        upstream_tests.load_baseline(t, "b" * 40, "2.14.1", tests)
+
+
+# Each file waits until the other has started: only files run at once pass.
+MEETS = """
+import os
+import time
+from pathlib import Path
+
+
+def test_meets_the_other_file():
+    here = Path(os.environ["MEET_DIR"])
+    (here / "{me}").touch()
+    deadline = time.monotonic() + 60
+    while not (here / "{other}").exists():
+        assert time.monotonic() < deadline, "the other file never started"
+        time.sleep(0.05)
+"""
+
+
+def test_files_run_at_once_and_report_in_their_order(tmp_path, monkeypatch):
+    tree = make_tree(tmp_path)
+    (tree / "tests/test_a.py").write_text(MEETS.format(me="a", other="b"))
+    (tree / "tests/test_b.py").write_text(MEETS.format(me="b", other="a"))
+    monkeypatch.setenv("MEET_DIR", str(tmp_path))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runner, "cores", lambda: 4)
+    tests = ["tests/test_a.py", "tests/test_wrong.py", "tests/test_b.py", "tests/test_ok.py"]
+    lines: list[str] = []
+    outcomes = runner.run_all(tree, tests, tmp_path / "out", log=lines.append, jobs=3)
+    assert [o.file for o in outcomes] == tests
+    assert [(o.passed, o.failed) for o in outcomes] == [(1, 0), (0, 1), (1, 0), (1, 0)]
+    assert lines[0] == "test: 4 file(s), 3 at a time (one process each)"
+    assert [line for line in lines[1:-1] if line.startswith("test ")] == [
+        f"test {i}/4: {t}" for i, t in enumerate(tests, 1)
+    ]
+    summary = lines[-1].splitlines()
+    assert [line.split(":")[0].strip() for line in summary[2:] if line.startswith("  tests/")] == (
+        tests
+    )
+    # Each process gets its share of the cores for torch's threads.
+    assert runner.thread_env(3) == {"OMP_NUM_THREADS": "1"}
+    assert runner.thread_env(2) == {"OMP_NUM_THREADS": "2"}
+    assert runner.thread_env(1) == {}
+
+
+BYTECODE = """
+import os
+import sys
+from pathlib import Path
+
+
+def test_where_bytecode_goes():
+    text = f"PREFIX {sys.pycache_prefix} NOWRITE {sys.flags.dont_write_bytecode}"
+    Path(os.environ["SAY_TO"]).write_text(text)
+"""
+
+
+def test_bytecode_is_kept_under_work_where_the_shell_forbids_writing_it(tmp_path, monkeypatch):
+    """With PYTHONDONTWRITEBYTECODE set, the test processes (whose torch pip
+    did not byte-compile) keep their bytecode in the given folder instead of
+    compiling everything anew in each process."""
+    tree = make_tree(tmp_path)
+    (tree / "tests/test_bytecode.py").write_text(BYTECODE)
+    pycache = tmp_path / "pycache"
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("SAY_TO", str(tmp_path / "said"))
+    outcome = runner.run_file(tree, "tests/test_bytecode.py", tmp_path, pycache=pycache)
+    assert outcome.ok
+    assert (tmp_path / "said").read_text() == f"PREFIX {pycache.resolve()} NOWRITE 0"
+    assert list(pycache.rglob("*.pyc"))  # pytest's own modules, at least
+    # Without the variable, Python's own placement stays.
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    env = runner.bytecode_env({"A": "1"}, pycache)
+    assert env == {"A": "1"}
+
+
+def test_one_file_at_a_time_where_there_is_a_gpu(monkeypatch):
+    monkeypatch.setattr(runner, "cores", lambda: 16)
+    monkeypatch.setattr(runner, "has_gpu", lambda: True)
+    assert runner.default_jobs() == 1
+    monkeypatch.setattr(runner, "has_gpu", lambda: False)
+    assert runner.default_jobs() == 16
+
+
+def test_a_missing_file_is_named_before_any_runs(tmp_path):
+    tree = make_tree(tmp_path)
+    with pytest.raises(ToolkitError, match="test file tests/test_nope.py is not in"):
+        runner.run_all(tree, ["tests/test_ok.py", "tests/test_nope.py"], tmp_path / "o", jobs=2)
+    assert not list((tmp_path / "o").glob("*.xml"))
 
 
 def test_upstream_files_come_from_the_manifest_in_series_order():
@@ -204,8 +340,12 @@ def test_upstream_files_come_from_the_manifest_in_series_order():
         {"file": "b"},
         {"file": "c", "upstream_tests": ["tests/y.py", "tests/z.py"]},
     ]
-    assert runner.upstream_test_files(manifest) == ["tests/x.py", "tests/y.py", "tests/z.py"]
-    assert runner.regressions(
+    assert upstream_tests.upstream_test_files(manifest) == [
+        "tests/x.py",
+        "tests/y.py",
+        "tests/z.py",
+    ]
+    assert upstream_tests.regressions(
         {"t": "passed", "u": "failed", "v": "passed"},
         {"t": "skipped", "u": "failed", "v": "failed"},
     ) == ["v"]

@@ -327,8 +327,38 @@ def ci_timings(ev: Evidence) -> str:
     total = duration(float(run.doc.get("total_s") or 0))
     return "\n".join(
         table(["stage (ci/pipeline.toml)", "took", "budget"], rows)
-        + ["", f"`nox -s ci` in all: {total}; {run.caption()}."]
+        + ["", f"`nox -s ci` in all: {total}{_load(run)}; {run.caption()}."]
     )
+
+
+def _load(run: Run) -> str:
+    """``, load average 1.2 to 2.3 on 2 cores`` from the run's timings (the
+    1-minute figure at the start and at each stage's end), or nothing for a
+    run that did not record it: other work on the machine stretches the
+    durations, so a figure says how busy it was."""
+    machine = run.doc.get("ci_machine")
+    if not isinstance(machine, dict):
+        return ""
+    loads = [
+        float(x[0])
+        for x in [machine.get("load_at_start")]
+        + [s.get("load_at_end") for s in run.doc.get("stages") or [] if isinstance(s, dict)]
+        if isinstance(x, list) and x
+    ]
+    if not loads:
+        return ""
+    return f", load average {min(loads):.1f} to {max(loads):.1f} on {machine.get('cores')} cores"
+
+
+def _main_stages(run: Run) -> tuple[str, ...]:
+    """The stages that make up the main command: as the run's pipeline named
+    them (ci/pipeline.toml's [main_command], in timings.json), else the
+    default."""
+    main = run.doc.get("main_command")
+    stages = main.get("stages") if isinstance(main, dict) else None
+    if isinstance(stages, list) and stages and all(isinstance(n, str) for n in stages):
+        return tuple(stages)
+    return MAIN_STAGES
 
 
 def _main_command(run: Run) -> str:
@@ -337,7 +367,7 @@ def _main_command(run: Run) -> str:
         for s in run.doc.get("stages") or []
         if isinstance(s, dict)
     }
-    return duration(sum(took.get(s, 0.0) for s in MAIN_STAGES))
+    return duration(sum(took.get(s, 0.0) for s in _main_stages(run)))
 
 
 def commands_timing(ev: Evidence) -> str:
@@ -348,7 +378,8 @@ def commands_timing(ev: Evidence) -> str:
     total = duration(float(run.doc.get("total_s") or 0))
     return (
         f"Measured by CI itself: `nox -s ci` took {total}, and the stages that make up the "
-        f"main job ({', '.join(MAIN_STAGES)}) {_main_command(run)}; {run.caption()}."
+        f"main job ({', '.join(_main_stages(run))}) {_main_command(run)}{_load(run)}; "
+        f"{run.caption()}."
     )
 
 

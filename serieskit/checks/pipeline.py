@@ -3,14 +3,22 @@
 ``nox -s ci`` (what ``.ci/run`` calls) hands this module its way to run a
 command and to install a set of requirements; this module says which stage
 runs, how long each took against its budget, and writes the durations to
-``.work/ci/timings.json`` for the figures that quote them. A stage over its
-budget is a warning; over ``fail_factor`` times its budget it fails CI, as
-does a failing command (the summary is printed either way).
+``.work/ci/timings.json`` for the figures that quote them (the README's):
+every stage of the pipeline in its order, with the same keys on every run
+(a stage that did not run has ``seconds`` null), the machine's cores and
+load, and the README's main command as the sum of the stages it consists
+of (``[main_command]``). A stage over its budget is a warning; over
+``fail_factor`` times its budget it fails CI, as does a failing command
+(the summary is printed either way).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import platform
+import subprocess
 import time
 import tomllib
 from collections.abc import Callable, Iterable
@@ -22,6 +30,7 @@ from serieskit.state import WORK
 
 PIPELINE = "ci/pipeline.toml"
 TIMINGS = "ci/timings.json"  # under .work/
+TIMINGS_SCHEMA = 2  # raised when a key of timings.json changes meaning
 POSARGS = "{posargs}"
 
 
@@ -35,9 +44,18 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class MainCommand:
+    """The README's main command and the stages of the pipeline it consists of."""
+
+    command: str
+    stages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Pipeline:
     stages: tuple[Stage, ...]
     fail_factor: float
+    main: MainCommand | None = None
 
 
 @dataclass
@@ -45,6 +63,7 @@ class Timing:
     stage: Stage
     seconds: float
     ok: bool  # its commands all passed
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # load average at its end
 
     @property
     def over(self) -> bool:
@@ -73,7 +92,21 @@ def load(root: Path, installs: Iterable[str]) -> Pipeline:
     factor = data.get("budgets", {}).get("fail_factor", 3.0)
     if not isinstance(factor, int | float) or factor < 1:
         raise ToolkitError(f"{PIPELINE}: budgets.fail_factor is not a number of at least 1")
-    return Pipeline(tuple(stages), float(factor))
+    return Pipeline(tuple(stages), float(factor), _main_command(data, names))
+
+
+def _main_command(data: dict, names: list[str]) -> MainCommand | None:
+    main = data.get("main_command")
+    if main is None:
+        return None
+    command, stages = main.get("command"), main.get("stages")
+    if not isinstance(command, str) or not (
+        isinstance(stages, list) and stages and all(isinstance(n, str) for n in stages)
+    ):
+        raise ToolkitError(f"{PIPELINE}: [main_command] needs command and a list of stages")
+    if unknown := [n for n in stages if n not in names]:
+        raise ToolkitError(f"{PIPELINE}: [main_command] names no stage {unknown[0]!r}")
+    return MainCommand(command, tuple(stages))
 
 
 def _stage(entry: dict, i: int, known: list[str]) -> Stage:
@@ -119,12 +152,16 @@ def run(
     posargs: list[str],
     log: Callable[[str], object] = print,
     clock: Callable[[], float] = time.monotonic,
+    load: Callable[[], tuple[float, float, float]] = os.getloadavg,
 ) -> list[Timing]:
     """Each stage in order: its install, then its commands (``command`` and
     ``install`` raise on failure, which stops the pipeline after the
     summary). Fails when a stage took more than ``fail_factor`` times its
-    budget."""
+    budget. ``load`` is the machine's load average, written beside each
+    stage's duration (other work on the machine stretches the figures)."""
     timings: list[Timing] = []
+    started = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    load_at_start = load()
     n = len(pipeline.stages)
     try:
         for i, stage in enumerate(pipeline.stages, 1):
@@ -138,11 +175,19 @@ def run(
                     command(*_expand(cmd, posargs))
                 ok = True
             finally:
-                timing = Timing(stage, clock() - start, ok)
+                timing = Timing(stage, clock() - start, ok, load())
                 timings.append(timing)
                 log(_line(timing, pipeline.fail_factor))
     finally:
-        _summary(root, timings, pipeline, log)
+        _summary(timings, pipeline, log)
+        if timings:
+            log(
+                f"ci: load average {load_at_start[0]:.1f} at the start, "
+                f"{timings[-1].load[0]:.1f} at the end, on {os.cpu_count()} cores "
+                "(other work on the machine stretches these durations)"
+            )
+        dest = write_timings(root, timings, pipeline, started, load_at_start)
+        log(f"ci: durations written to {dest}")
     slow = [t for t in timings if t.seconds > t.stage.budget_s * pipeline.fail_factor]
     if slow:
         raise ToolkitError(
@@ -173,9 +218,9 @@ def _line(t: Timing, factor: float) -> str:
     return f"{took} (budget {duration(t.stage.budget_s)})"
 
 
-def _summary(root: Path, timings: list[Timing], pipeline: Pipeline, log) -> None:
+def _summary(timings: list[Timing], pipeline: Pipeline, log) -> None:
     """Every stage's duration, the ones that did not run included, and the
-    timings file."""
+    main command's."""
     if not timings:
         return
     done = {t.stage.name: t for t in timings}
@@ -190,26 +235,86 @@ def _summary(root: Path, timings: list[Timing], pipeline: Pipeline, log) -> None
         log(f"  {s.name:<{width}}  {what:<22} budget {duration(s.budget_s)}")
     total = sum(t.seconds for t in timings)
     log(f"  {'total':<{width}}  {duration(total)}")
+    if pipeline.main and all(n in done for n in pipeline.main.stages):
+        main = sum(done[n].seconds for n in pipeline.main.stages)
+        log(f"  main command ({pipeline.main.command}): {duration(main)}")
+
+
+def _git_head(root: Path) -> str | None:
+    proc = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def timings_document(
+    timings: list[Timing],
+    pipeline: Pipeline,
+    started: str,
+    load_at_start: tuple[float, float, float],
+    commit: str | None = None,
+) -> dict:
+    """What timings.json holds: every stage of the pipeline in order, with
+    the same keys whether it ran or not, so that a reader can rely on them."""
+    done = {t.stage.name: t for t in timings}
+    stages = []
+    for s in pipeline.stages:
+        t = done.get(s.name)
+        stages.append(
+            {
+                "name": s.name,
+                "about": s.about,
+                "budget_s": s.budget_s,
+                "seconds": None if t is None else round(t.seconds, 1),
+                "ok": None if t is None else t.ok,
+                "status": "not run" if t is None else "passed" if t.ok else "failed",
+                "over_budget": t is not None and t.over,
+                "load_at_end": None if t is None else [round(x, 2) for x in t.load],
+            }
+        )
+    main = None
+    if pipeline.main:
+        ran = all(s in done for s in pipeline.main.stages)
+        main = {
+            "command": pipeline.main.command,
+            "stages": list(pipeline.main.stages),
+            "seconds": (
+                round(sum(done[n].seconds for n in pipeline.main.stages), 1) if ran else None
+            ),
+        }
+    return {
+        "timings_schema": TIMINGS_SCHEMA,
+        "pipeline": PIPELINE,
+        "commit": commit,
+        "started": started,
+        # Not "machine": results/ci_timings.json (figures --record-ci) puts
+        # the results header's machine beside these keys.
+        "ci_machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_at_start": [round(x, 2) for x in load_at_start],
+        },
+        "complete": len(timings) == len(pipeline.stages) and all(t.ok for t in timings),
+        "fail_factor": pipeline.fail_factor,
+        "total_s": round(sum(t.seconds for t in timings), 1),
+        "budget_total_s": sum(s.budget_s for s in pipeline.stages),
+        "main_command": main,
+        "stages": stages,
+    }
+
+
+def write_timings(
+    root: Path,
+    timings: list[Timing],
+    pipeline: Pipeline,
+    started: str,
+    load_at_start: tuple[float, float, float],
+) -> Path:
+    """.work/ci/timings.json, replaced whole (a reader never sees half a file)."""
+    doc = timings_document(timings, pipeline, started, load_at_start, _git_head(root))
     dest = root / WORK / TIMINGS
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(
-        json.dumps(
-            {
-                "pipeline": PIPELINE,
-                "complete": len(timings) == len(pipeline.stages) and all(t.ok for t in timings),
-                "total_s": round(total, 1),
-                "stages": [
-                    {
-                        "name": t.stage.name,
-                        "seconds": round(t.seconds, 1),
-                        "budget_s": t.stage.budget_s,
-                        "ok": t.ok,
-                    }
-                    for t in timings
-                ],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    log(f"ci: durations written to {dest}")
+    part = dest.with_suffix(".part")
+    part.write_text(json.dumps(doc, indent=2) + "\n")
+    part.replace(dest)
+    return dest

@@ -7,24 +7,27 @@ fixtures.
 
 One process per file, as the seed's Test Plan does: a file that crashes its
 process, leaks CUDA state or initialises torch.distributed cannot affect the
-next. Each file writes JUnit XML; the summary gives per file
-``N passed, N failed, N skipped`` and the skip reasons.
+next. On a machine without a GPU several files run at once (a process per
+core); their lines and the summary keep the files' order. Each file writes
+JUnit XML; the summary gives per file ``N passed, N failed, N skipped`` and
+the skip reasons.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from serieskit import git, results
+from serieskit import results
 from serieskit.errors import ToolkitError
-from serieskit.series import series, target
 
 
 @dataclass
@@ -85,15 +88,17 @@ def run_file(
     timeout: float = 1800,
     select: str | None = None,
     coverage: Path | None = None,
+    pycache: Path | None = None,
 ) -> Outcome:
     """One test file in a pytest process of its own; `select` is pytest's -k;
-    `coverage` an rc file of :func:`coverage_rc` (run under coverage.py)."""
+    `coverage` an rc file of :func:`coverage_rc` (run under coverage.py);
+    `pycache` see :func:`bytecode_env`."""
     if not (tree / test).is_file():
         raise ToolkitError(f"test file {test} is not in {tree}")
     xml = out_dir / (test.replace("/", "__") + ".xml")
     xml.unlink(missing_ok=True)
     start = time.monotonic()
-    run_env = dict(os.environ, **(env or {}))
+    run_env = bytecode_env(dict(os.environ, **(env or {})), pycache)
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p
     )
@@ -133,16 +138,94 @@ def run_file(
     return outcome
 
 
-def run_all(tree: Path, tests: list[str], out_dir: Path, log=print, **kw) -> list[Outcome]:
+def bytecode_env(env: dict[str, str], pycache: Path | None) -> dict[str, str]:
+    """``env`` for a test process. The test environments skip pip's
+    byte-compiling (noxfile.py): each module is compiled on its first import
+    and its bytecode kept. Where PYTHONDONTWRITEBYTECODE is set (some shells
+    and CI images set it), none would be kept, and every test process would
+    compile torch, transformers and vLLM anew (about 17 s of CPU each here,
+    more than its tests); with ``pycache`` given, the bytecode goes there
+    instead (PYTHONPYCACHEPREFIX), never beside the sources."""
+    if pycache is None or not env.get("PYTHONDONTWRITEBYTECODE"):
+        return env
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache.resolve())
+    return env
+
+
+def has_gpu() -> bool:
+    """Whether nvidia-smi lists a GPU (without importing torch, which takes
+    seconds)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "GPU" in out
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs() -> int:
+    """Files run at once: one per core on a machine without a GPU; one at a
+    time where there is a GPU (the files would share its memory, and the
+    host all-reduce's timeouts must not compete with another file)."""
+    return 1 if has_gpu() else cores()
+
+
+def thread_env(jobs: int) -> dict[str, str]:
+    """With ``jobs`` files at once, each process's share of the cores for
+    torch's intra-op threads (unless the caller set OMP_NUM_THREADS): two
+    processes with a thread per core each would fight over the cores."""
+    if jobs <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, cores() // jobs))}
+
+
+def run_in_order(
+    tree: Path, tests: list[str], out_dir: Path, jobs: int, kw: dict, label: str, log
+) -> list[Outcome]:
+    """Run ``tests`` (``jobs`` at a time), logging each file's line in the
+    files' order as its result is known."""
+    for test in tests:  # every file is there before any starts
+        if not (tree / test).is_file():
+            raise ToolkitError(f"test file {test} is not in {tree}")
+    outcomes: list[Outcome] = []
+    if jobs <= 1:
+        for i, test in enumerate(tests, 1):
+            log(f"{label} {i}/{len(tests)}: {test}")
+            outcomes.append(run_file(tree, test, out_dir, **kw))
+            log("  " + outcomes[-1].line())
+        return outcomes
+    log(f"{label}: {len(tests)} file(s), {jobs} at a time (one process each)")
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(run_file, tree, test, out_dir, **kw) for test in tests]
+        for i, (test, future) in enumerate(zip(tests, futures, strict=True), 1):
+            outcomes.append(future.result())
+            log(f"{label} {i}/{len(tests)}: {test}")
+            log("  " + outcomes[-1].line())
+    return outcomes
+
+
+def run_all(
+    tree: Path, tests: list[str], out_dir: Path, log=print, jobs: int = 1, **kw
+) -> list[Outcome]:
+    """Each file in a pytest process of its own, ``jobs`` at a time; the
+    keyword arguments are :func:`run_file`'s."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if not tests:
         log("test: the series has no test files yet (patches/manifest.toml lists none)")
         return []
-    outcomes = []
-    for i, test in enumerate(tests, 1):
-        log(f"test {i}/{len(tests)}: {test}")
-        outcomes.append(run_file(tree, test, out_dir, **kw))
-        log("  " + outcomes[-1].line())
+    if jobs > 1:
+        kw["env"] = {**thread_env(jobs), **(kw.get("env") or {})}
+    outcomes = run_in_order(tree, tests, out_dir, jobs, kw, "test", log)
     log(summary(outcomes))
     return outcomes
 
@@ -261,118 +344,3 @@ def write_results(
     )
     results.write(path, doc)
     return doc
-
-
-# -- upstream's own tests, on the base and on the series ---------------------
-#
-# Upstream's CPU-runnable test files that cover files the series changes
-# (patches/manifest.toml, `upstream_tests` per patch) run one process each on
-# the base (a detached worktree of the base commit, .work/upstream/base) and
-# on the series. A test that passes on the base and neither passes nor skips
-# with the series fails the session; upstream's own failures on this machine
-# (tests that fail on the base too) are reported, not held against the series.
-
-UPSTREAM = "upstream"
-
-
-def upstream_test_files(manifest: list[dict]) -> list[str]:
-    """The manifest's `upstream_tests`, in series order, each once."""
-    files: list[str] = []
-    for entry in manifest:
-        for test in entry.get("upstream_tests", []):
-            if test not in files:
-                files.append(test)
-    return files
-
-
-def case_results(xml: Path) -> dict[str, str]:
-    """{test id: passed / failed / skipped} from a JUnit XML file."""
-    if not xml.exists():
-        return {}
-    results = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        test = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if case.find("skipped") is not None:
-            results[test] = "skipped"
-        elif case.find("failure") is not None or case.find("error") is not None:
-            results[test] = "failed"
-        else:
-            results[test] = "passed"
-    return results
-
-
-def regressions(base: dict[str, str], series: dict[str, str]) -> list[str]:
-    """Tests that pass on the base and do not pass (or skip) with the series;
-    a test the series no longer reports at all counts too."""
-    return sorted(
-        t for t, r in base.items() if r == "passed" and series.get(t) not in ("passed", "skipped")
-    )
-
-
-def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
-    """A detached worktree of ``repo`` at ``commit``, made or moved there."""
-    if not (dest / ".git").exists():
-        git.drop_worktree(repo, dest)  # one a killed session left, locked or not
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
-    else:
-        git.git(dest, "checkout", "--quiet", "--force", "--detach", commit)
-        git.git(dest, "clean", "-fdq")
-    return dest
-
-
-def compare_upstream(
-    base_tree: Path, series_tree: Path, tests: list[str], out_dir: Path, log=print, **kw
-) -> list[str]:
-    """Run ``tests`` on both trees; return the regressions as
-    ``file::test``, after a line per file."""
-    found = []
-    for i, test in enumerate(tests, 1):
-        log(f"upstream {i}/{len(tests)}: {test}")
-        results = {}
-        for name, tree in (("base", base_tree), ("series", series_tree)):
-            run_file(tree, test, out_dir / name, **kw)
-            results[name] = case_results(out_dir / name / (test.replace("/", "__") + ".xml"))
-        lost = regressions(results["base"], results["series"])
-        counts = {name: sum(r == "passed" for r in res.values()) for name, res in results.items()}
-        fails = sum(r == "failed" for r in results["base"].values())
-        changed = (base_tree / test).read_bytes() != (series_tree / test).read_bytes()
-        log(
-            f"  base {counts['base']} passed ({fails} failed there too), "
-            f"series {counts['series']} passed, {len(lost)} regression(s)"
-            + ("; the series changes this file" if changed else "")
-        )
-        for t in lost:
-            log(
-                f"      REGRESSION {t}: passes on the base, "
-                f"{results['series'].get(t, 'not reported')} with the series"
-            )
-        found += [f"{test}::{t}" for t in lost]
-    return found
-
-
-def upstream(where, tree: Path, log=print) -> list[str]:
-    """`nox -s test`'s second half: the manifest's upstream test files on the
-    base and on the series (the pin's or a port's); returns the regressions."""
-    t = target.of(where)
-    tests = upstream_test_files(series.read_manifest(t))
-    if not tests:
-        return []
-    state = series.State.load(t)
-    assert state.base
-    base_tree = worktree_at(tree, t.out(UPSTREAM) / "base", state.base)
-    out = t.out("test-results") / UPSTREAM
-    for d in ("base", "series"):
-        (out / d).mkdir(parents=True, exist_ok=True)
-    # Tests that would fetch a model fail at once instead of retrying the hub,
-    # on both trees alike.
-    found = compare_upstream(
-        base_tree,
-        tree,
-        tests,
-        out,
-        log=log,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-    )
-    log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
-    return found

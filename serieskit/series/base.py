@@ -23,6 +23,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from serieskit import files, git
 from serieskit.errors import ToolkitError, failed, last_line
 from serieskit.series import _pipfetch as pipfetch
@@ -188,6 +190,9 @@ def add_port(root: Path, port: Port) -> None:
     read_ports(root)
 
 
+DOWNLOAD_LOCK = ".download.lock"  # in the cache folder
+
+
 def cache_dir() -> Path:
     given = os.environ.get("VLLM_SERIES_CACHE")
     if given and os.path.exists(given) and not os.path.isdir(given):
@@ -229,6 +234,22 @@ def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tupl
     index's own sha256 is required and checked.
     """
     path = cache_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One download at a time per cache: another session (a second work tree,
+    # a parallel test worker) fetching the same file waits and then finds it.
+    lock = FileLock(str(path.parent / DOWNLOAD_LOCK))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"base: waiting for another download into {path.parent} to finish")
+        lock.acquire()
+    try:
+        return _fetch_locked(path, name, version, sha256, log)
+    finally:
+        lock.release()
+
+
+def _fetch_locked(path: Path, name: str, version: str, sha256: str | None, log) -> tuple[Path, str]:
     cached = sha256_of(path) if path.exists() else None
     if cached is not None:
         if cached == (sha256 or _read_sidecar(path)):
@@ -238,7 +259,6 @@ def fetch(name: str, version: str, sha256: str | None = None, log=print) -> tupl
             f"{'the pin' if sha256 else 'its record'}; downloading it again to compare "
             "(the cached file stays until a verified one replaces it)"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")
     log(f"base: downloading {name} through pip's index (once; cached in {path.parent})")
     try:
