@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
+from serieskit.series import series  # noqa: E402
 
 TARGETS = (75, 70)
 KERNELS = {
@@ -130,19 +131,6 @@ def compile_one(mod, triton, GPUTarget, layout: str, cc: int, groups: int) -> di
     }
 
 
-def series_header(tree: Path) -> dict:
-    from serieskit import git
-    from serieskit.series import base
-
-    pin = base.read_pin(ROOT)
-    head = git.git(tree, "rev-parse", "HEAD").strip()
-    block = results.series_block(tree, pin.commit or "", head, pin.version)
-    dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
-    if dirty:
-        block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())
-    return block
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -231,7 +219,7 @@ def main() -> int:
         "rows": rows,
     }
     doc = results.document(
-        "static", body, machine=machine, series=series_header(a.tree), figures=figures
+        "static", body, machine=machine, series=series.results_header(ROOT, a.tree), figures=figures
     )
     results.write(a.out, doc)
     print(f"wrote {a.out}")

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
 from serieskit.build import build  # noqa: E402
+from serieskit.series import series  # noqa: E402
 
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
@@ -242,19 +243,6 @@ def figures(rows: list[dict]) -> dict:
     return out
 
 
-def series_header(tree: Path) -> dict:
-    from serieskit import git
-    from serieskit.series import base
-
-    pin = base.read_pin(ROOT)
-    head = git.git(tree, "rev-parse", "HEAD").strip()
-    block = results.series_block(tree, pin.commit or "", head, pin.version)
-    dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
-    if dirty:
-        block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())
-    return block
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=ROOT / ".work" / "vllm")
@@ -320,7 +308,11 @@ def main() -> int:
         "head_dims": rows,
     }
     doc = results.document(
-        "static", body, machine=machine, series=series_header(a.tree), figures=figures(rows)
+        "static",
+        body,
+        machine=machine,
+        series=series.results_header(ROOT, a.tree),
+        figures=figures(rows),
     )
     results.write(a.out, doc)
     print(f"wrote {a.out}")

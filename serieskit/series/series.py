@@ -20,9 +20,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import git
+from serieskit import git, results
 from serieskit.errors import ToolkitError, failed
-from serieskit.series import safety, target
+from serieskit.series import base, safety, target
 from serieskit.series.target import Target
 from serieskit.state import State
 
@@ -439,3 +439,16 @@ def materialize(repo: Path, commit: str, dest: Path, *paths: str) -> None:
         raise failed(f"git archive of {commit[:12]}", archive)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
+
+
+def results_header(root: Path, tree: Path) -> dict:
+    """The ``series`` block of a results file for ``tree`` at its HEAD on the
+    pin's base (bench scripts that read a tree given on their command line),
+    with a note when the tree has uncommitted changes."""
+    pin = base.read_pin(root)
+    head = git.git(tree, "rev-parse", "HEAD").strip()
+    block = results.series_block(tree, pin.commit or "", head, pin.version)
+    dirty = git.git(tree, "status", "--porcelain", "--untracked-files=no").strip()
+    if dirty:
+        block["note"] = "the work tree had uncommitted changes: " + " ".join(dirty.split())
+    return block
