@@ -1408,9 +1408,15 @@ def test_two_backups_in_the_same_second_get_distinct_refs(sk, root, monkeypatch)
 # file system and a read-only folder, first as a test.
 # =============================================================================
 
+# The command runs as from a terminal: SIGINT raises KeyboardInterrupt. A
+# pytest-xdist worker ignores SIGINT, and a child inherits an ignored signal
+# (Python then installs no handler of its own), so the kill point's SIGINT
+# would pass unnoticed there.
 KILLED_CLI = """
+import signal
 import sys
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from serieskit import cli
 sys.exit(cli.run({argv!r}, Path({root!r})))
