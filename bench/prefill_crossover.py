@@ -2,30 +2,33 @@
 # SPDX-License-Identifier: Apache-2.0
 """Crossover query length of the Turing prefill attention against TRITON_ATTN.
 
-TritonAttentionImpl takes the Turing kernel (`paged_prefill_attention_sm75`)
-for a whole batch once a request in it brings at least
-`attention_config.turing_prefill_min_query_len` query tokens (65 by default).
-That default comes from the seed's RTX 8000 measurement against
-FlashAttention-2's decode kernel, not against TRITON_ATTN's unified kernel,
-which is what the route replaces in vLLM. This measures, side by side on the
-same inputs, both kernels as the backend calls them, for query lengths
-around the threshold after several context lengths, and reports per context
-the smallest measured query length from which the Turing kernel stays faster.
+On SM75 the TRITON_TURING_ATTN backend sends a batch to the Turing kernel
+(`paged_prefill_attention_sm75`) once a request in it brings at least the
+query length that the backend's crossover table
+(`TURING_PREFILL_MIN_QUERY_LEN`, one table per head size) names for the
+request's context length; TRITON_ATTN's unified kernel serves every other
+batch. This measures, side by side on the same inputs, both kernels as the
+backend calls them, per head size (64, 128, 256), for query lengths after
+several context lengths, and reports per head size and context the smallest
+measured query length from which the Turing kernel stays faster, and the
+table those crossovers make (`proposed_tables`: per context the larger
+crossover of the batches with and without decode requests beside, rows kept
+where the length changes).
 
 On a GPU other than Turing the kernel runs through compute_75 PTX (the
 extension built with `python3 -m serieskit build --ptx --link`), so the
 figures are figures of that GPU, e.g. an H200, not Turing figures; the
-unified kernel is compiled by Triton for the GPU itself. Keep the default
-until a Turing measurement exists; this run says where the two kernels cross
-on the machine it ran on.
+unified kernel is compiled by Triton for the GPU itself. They give the
+shape of the crossover; the backend's table keeps the Turing anchor (no
+route below 65 query tokens) on top.
 
 Per shape: both kernels captured in CUDA graphs (the Turing kernel with its
-automatic split and its scratch passed, as the route passes it), then
+automatic split and its scratch passed, as the backend passes it), then
 `--warmup` replays of each, then `--reps` rounds of one replay of each,
 alternating which goes first, timed with CUDA events; medians. Batches: one
 request with a chunk of `q` tokens at the end of `ctx` tokens of context,
-optionally with `--decodes` one-token requests beside it (the route sends a
-mixed batch to the Turing kernel whole).
+optionally with `--decodes` one-token requests beside it (the backend sends
+a mixed batch to the Turing kernel whole).
 
     python3 bench/prefill_crossover.py --out results/bench_prefill_crossover_h200.json
 """
@@ -33,19 +36,23 @@ mixed batch to the Turing kernel whole).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
 
-HEAD = 256
+try:  # the GPU machine's; the table and figure helpers need none of it
+    import torch
+except ImportError:
+    torch = None
+
+HEAD_DIMS = [64, 128, 256]
 HEADS, KV_HEADS, PAGE = 12, 2, 16  # the seed model's heads per TP rank
 QUERY_LENS = [8, 16, 24, 32, 48, 64, 65, 80, 96, 128, 192, 256, 384, 512, 1024]
 # 150k tokens of context beside 16 decode requests puts this bench's one
@@ -55,7 +62,7 @@ CONTEXTS = [0, 2048, 8192, 32768]
 DEFAULT_THRESHOLD = 65
 
 
-def make_batch(q_len: int, ctx: int, decodes: int, seed: int = 0) -> dict:
+def make_batch(head: int, q_len: int, ctx: int, decodes: int, seed: int = 0) -> dict:
     """One chunk of q_len after ctx tokens, and `decodes` one-token requests
     after ctx tokens each; pages shuffled over the cache."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -63,7 +70,7 @@ def make_batch(q_len: int, ctx: int, decodes: int, seed: int = 0) -> dict:
     seq_lens = [ctx + q for q in query_lens]
     pages = [math.ceil(s / PAGE) for s in seq_lens]
     num_blocks = sum(pages) + 1
-    cache = torch.empty((num_blocks, PAGE, KV_HEADS, 2 * HEAD), dtype=torch.float16, device="cuda")
+    cache = torch.empty((num_blocks, PAGE, KV_HEADS, 2 * head), dtype=torch.float16, device="cuda")
     cache.normal_(generator=gen)
     perm = torch.randperm(num_blocks, generator=gen, device="cuda").to(torch.int32)
     table = torch.zeros((len(seq_lens), max(pages)), dtype=torch.int32, device="cuda")
@@ -74,17 +81,17 @@ def make_batch(q_len: int, ctx: int, decodes: int, seed: int = 0) -> dict:
     cu = [0]
     for q in query_lens:
         cu.append(cu[-1] + q)
-    query = torch.randn((cu[-1], HEADS, HEAD), dtype=torch.float16, device="cuda", generator=gen)
+    query = torch.randn((cu[-1], HEADS, head), dtype=torch.float16, device="cuda", generator=gen)
     return dict(
         query=query,
-        key_cache=cache[..., :HEAD],
-        value_cache=cache[..., HEAD:],
+        key_cache=cache[..., :head],
+        value_cache=cache[..., head:],
         block_table=table,
         cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device="cuda"),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device="cuda"),
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
-        scale=1.0 / math.sqrt(HEAD),
+        scale=1.0 / math.sqrt(head),
     )
 
 
@@ -141,6 +148,120 @@ def crossover(rows: list[dict]) -> int | None:
     return best
 
 
+def measure(kernels, head: int, q_len: int, ctx: int, decodes: int, reps: int, warmup: int):
+    """One shape: both kernels in CUDA graphs, replayed side by side."""
+    kernel, scratch_numel, unified_attention = kernels
+    b = make_batch(head, q_len, ctx, decodes)
+    out_t = torch.empty_like(b["query"])
+    out_u = torch.empty_like(b["query"])
+    device = torch.accelerator.current_device_index()
+    numel = scratch_numel(b["query"].shape[0], HEADS, KV_HEADS, head, device)
+    scratch = torch.empty(numel, dtype=torch.float32, device="cuda")
+    descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
+
+    def turing():
+        kernel(
+            out_t,
+            b["query"],
+            b["key_cache"],
+            b["value_cache"],
+            b["block_table"],
+            b["cu_seqlens_q"],
+            b["seq_lens"],
+            b["scale"],
+            scratch=scratch,
+        )
+
+    def unified():
+        unified_attention(
+            q=b["query"],
+            k=b["key_cache"],
+            v=b["value_cache"],
+            out=out_u,
+            cu_seqlens_q=b["cu_seqlens_q"],
+            max_seqlen_q=b["max_query_len"],
+            seqused_k=b["seq_lens"],
+            max_seqlen_k=b["max_seq_len"],
+            softmax_scale=b["scale"],
+            causal=True,
+            window_size=(-1, -1),
+            block_table=b["block_table"],
+            softcap=0,
+            q_descale=None,
+            k_descale=descale,
+            v_descale=descale,
+        )
+
+    reps = reps if ctx < 100_000 else max(20, reps // 2)
+    graphs = {"turing": capture(turing, warmup), "triton_attn": capture(unified, warmup)}
+    t = side_by_side(graphs, reps)
+    torch.cuda.synchronize()
+    row = {
+        "head_dim": head,
+        "query_len": q_len,
+        "context_len": ctx,
+        "decodes": decodes,
+        "turing_ms": t["turing"]["median_ms"],
+        "triton_attn_ms": t["triton_attn"]["median_ms"],
+        "timing": t,
+        "max_abs_diff": (out_t.float() - out_u.float()).abs().max().item(),
+    }
+    row["ratio"] = row["turing_ms"] / row["triton_attn_ms"]
+    print(
+        f"d{head:3d} decodes {decodes:3d} ctx {ctx:7d} q {q_len:5d}: Turing "
+        f"{row['turing_ms']:8.3f} ms, TRITON_ATTN {row['triton_attn_ms']:8.3f} ms "
+        f"({row['ratio']:.2f}x)",
+        flush=True,
+    )
+    return row
+
+
+def case_figures(
+    key: str, head: int, ctx: int, decodes: int, x: int | None, sel: list[dict]
+) -> dict:
+    """The crossover of one head dim, context and batch, and the time ratio
+    at the Turing anchor's 65 tokens where measured."""
+    out = {
+        f"{key}.crossover_query_len": results.figure(
+            x,
+            "tokens",
+            f"head dim {head}: smallest measured query length from which the "
+            f"Turing kernel stays faster than TRITON_ATTN, after {ctx:,} tokens "
+            f"of context, {decodes} decode requests beside it (None: never)",
+            f"crossovers['{key}']",
+        )
+    }
+    at = {r["query_len"]: r for r in sel}
+    if DEFAULT_THRESHOLD in at:
+        out[f"{key}.ratio_at_{DEFAULT_THRESHOLD}"] = results.figure(
+            at[DEFAULT_THRESHOLD]["ratio"],
+            "ratio",
+            f"head dim {head}: Turing / TRITON_ATTN time at {DEFAULT_THRESHOLD} "
+            f"query tokens after {ctx:,} tokens",
+            f"rows[head_dim={head},query_len={DEFAULT_THRESHOLD},context_len={ctx},"
+            f"decodes={decodes}].ratio",
+        )
+    return out
+
+
+def proposed_table(
+    crossovers: dict, head: int, contexts: list[int], decodes: list[int]
+) -> list[list[int]] | None:
+    """(context, query length) rows: per measured context the larger
+    crossover of the batches with and without decodes beside, kept where it
+    changes; each row holds from its context to the next measured one. None
+    where the kernel never stays ahead at some context."""
+    table: list[list[int]] = []
+    for ctx in sorted(contexts):
+        xs = [crossovers[f"hd{head}.ctx{ctx}_decodes{d}"] for d in decodes]
+        if any(x is None for x in xs):
+            return None
+        q = max(xs)
+        if not table or table[-1][1] != q:
+            table.append([ctx, q])
+    return table
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -149,6 +270,7 @@ def main() -> int:
     ap.add_argument("--contexts", type=int, nargs="+", default=CONTEXTS)
     ap.add_argument("--query-lens", type=int, nargs="+", default=QUERY_LENS)
     ap.add_argument("--decodes", type=int, nargs="+", default=[0, 16])
+    ap.add_argument("--head-dims", type=int, nargs="+", default=HEAD_DIMS)
     a = ap.parse_args()
 
     from vllm.v1.attention.ops.paged_prefill_attention_sm75 import (
@@ -161,113 +283,38 @@ def main() -> int:
     error = turing_prefill_image_error(torch.accelerator.current_device_index())
     assert error is None, f"the Turing kernel cannot run here: {error}"
 
+    kernels = (paged_prefill_attention_sm75, turing_prefill_scratch_numel, unified_attention)
     rows = []
-    for decodes in a.decodes:
-        for ctx in a.contexts:
-            for q_len in a.query_lens:
-                b = make_batch(q_len, ctx, decodes)
-                out_t = torch.empty_like(b["query"])
-                out_u = torch.empty_like(b["query"])
-                tokens = b["query"].shape[0]
-                scratch = torch.empty(
-                    turing_prefill_scratch_numel(tokens, HEADS),
-                    dtype=torch.float32,
-                    device="cuda",
-                )
-                descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
+    for head, decodes, ctx, q_len in itertools.product(
+        a.head_dims, a.decodes, a.contexts, a.query_lens
+    ):
+        rows.append(measure(kernels, head, q_len, ctx, decodes, a.reps, a.warmup))
+        torch.cuda.empty_cache()  # the shape's buffers, before the next one's
 
-                def turing(b=b, out=out_t, scratch=scratch):
-                    paged_prefill_attention_sm75(
-                        out,
-                        b["query"],
-                        b["key_cache"],
-                        b["value_cache"],
-                        b["block_table"],
-                        b["cu_seqlens_q"],
-                        b["seq_lens"],
-                        b["scale"],
-                        scratch=scratch,
-                    )
-
-                def unified(b=b, out=out_u, descale=descale):
-                    unified_attention(
-                        q=b["query"],
-                        k=b["key_cache"],
-                        v=b["value_cache"],
-                        out=out,
-                        cu_seqlens_q=b["cu_seqlens_q"],
-                        max_seqlen_q=b["max_query_len"],
-                        seqused_k=b["seq_lens"],
-                        max_seqlen_k=b["max_seq_len"],
-                        softmax_scale=b["scale"],
-                        causal=True,
-                        window_size=(-1, -1),
-                        block_table=b["block_table"],
-                        softcap=0,
-                        q_descale=None,
-                        k_descale=descale,
-                        v_descale=descale,
-                    )
-
-                reps = a.reps if ctx < 100_000 else max(20, a.reps // 2)
-                t = side_by_side(
-                    {
-                        "turing": capture(turing, a.warmup),
-                        "triton_attn": capture(unified, a.warmup),
-                    },
-                    reps,
-                )
-                torch.cuda.synchronize()
-                row = {
-                    "query_len": q_len,
-                    "context_len": ctx,
-                    "decodes": decodes,
-                    "turing_ms": t["turing"]["median_ms"],
-                    "triton_attn_ms": t["triton_attn"]["median_ms"],
-                    "timing": t,
-                    "max_abs_diff": (out_t.float() - out_u.float()).abs().max().item(),
-                }
-                row["ratio"] = row["turing_ms"] / row["triton_attn_ms"]
-                rows.append(row)
-                print(
-                    f"decodes {decodes:3d} ctx {ctx:7d} q {q_len:5d}: Turing "
-                    f"{row['turing_ms']:8.3f} ms, TRITON_ATTN "
-                    f"{row['triton_attn_ms']:8.3f} ms ({row['ratio']:.2f}x)",
-                    flush=True,
-                )
-                del b, out_t, out_u, scratch
-                torch.cuda.empty_cache()
-
-    figures = {}
-    crossovers = {}
-    for decodes in a.decodes:
-        for ctx in a.contexts:
-            sel = [r for r in rows if r["decodes"] == decodes and r["context_len"] == ctx]
-            x = crossover(sel)
-            key = f"ctx{ctx}_decodes{decodes}"
-            crossovers[key] = x
-            figures[f"{key}.crossover_query_len"] = {
-                "value": x,
-                "unit": "tokens",
-                "label": (
-                    f"smallest measured query length from which the Turing kernel "
-                    f"stays faster than TRITON_ATTN, after {ctx:,} tokens of context"
-                    f", {decodes} decode requests beside it (None: never)"
-                ),
-                "from": f"crossovers['{key}']",
-            }
-            at = {r["query_len"]: r for r in sel}
-            if DEFAULT_THRESHOLD in at:
-                figures[f"{key}.ratio_at_{DEFAULT_THRESHOLD}"] = {
-                    "value": at[DEFAULT_THRESHOLD]["ratio"],
-                    "unit": "ratio",
-                    "label": (
-                        f"Turing / TRITON_ATTN time at the default threshold "
-                        f"({DEFAULT_THRESHOLD} query tokens) after {ctx:,} tokens"
-                    ),
-                    "from": f"rows[query_len={DEFAULT_THRESHOLD},context_len={ctx},"
-                    f"decodes={decodes}].ratio",
-                }
+    figures: dict = {}
+    crossovers: dict = {}
+    for head in a.head_dims:
+        for decodes in a.decodes:
+            for ctx in a.contexts:
+                sel = [
+                    r
+                    for r in rows
+                    if r["head_dim"] == head and r["decodes"] == decodes and r["context_len"] == ctx
+                ]
+                key = f"hd{head}.ctx{ctx}_decodes{decodes}"
+                crossovers[key] = crossover(sel)
+                figures.update(case_figures(key, head, ctx, decodes, crossovers[key], sel))
+    tables = {
+        str(head): proposed_table(crossovers, head, a.contexts, a.decodes) for head in a.head_dims
+    }
+    for head, table in tables.items():
+        figures[f"hd{head}.proposed_table"] = results.figure(
+            table,
+            "[[context tokens, query tokens]]",
+            f"head dim {head}: per context the larger crossover of the batches "
+            "measured, rows where it changes (before the Turing anchor of 65)",
+            f"proposed_tables['{head}']",
+        )
 
     props = torch.cuda.get_device_properties(0)
     body = {
@@ -278,7 +325,7 @@ def main() -> int:
         "shape": {
             "num_heads": HEADS,
             "num_kv_heads": KV_HEADS,
-            "head_dim": HEAD,
+            "head_dims": a.head_dims,
             "page_size": PAGE,
             "causal": True,
         },
@@ -287,6 +334,7 @@ def main() -> int:
         f"{a.warmup} warm-up replays",
         "default_threshold": DEFAULT_THRESHOLD,
         "crossovers": crossovers,
+        "proposed_tables": tables,
         "rows": rows,
     }
     # The header every results file has (results/README.md): the series as

@@ -495,6 +495,31 @@ def test_a_benchmark_caption_names_the_files_changed_since(blobs_root, monkeypat
     assert text.endswith("2026-05-01. It ran before the current version of `op.cu` of patch 0001.")
 
 
+def test_crossover_table_per_head_dim(blobs_root):
+    f = results.figure
+    run_on(
+        blobs_root,
+        "cross.json",
+        {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB},
+        figures={
+            "hd128.ctx0_decodes16.crossover_query_len": f(384, "tokens", "q", "x"),
+            "hd128.ctx2048_decodes0.crossover_query_len": f(None, "tokens", "q", "x"),
+            "hd256.ctx0_decodes0.crossover_query_len": f(256, "tokens", "q", "x"),
+            "hd256.ctx0_decodes0.ratio_at_65": f(1.5, "ratio", "r", "x"),
+        },
+    )
+    rows = [
+        line
+        for line in benchmarks.crossover(evidence.Evidence(blobs_root)).splitlines()
+        if line.startswith("| 1") or line.startswith("| 2")
+    ]
+    assert rows == [
+        "| 128 | 2,048 | 0 | never | (not recorded) |",
+        "| 128 | 0 | 16 | 384 | (not recorded) |",
+        "| 256 | 0 | 0 | 256 | 1.50 |",
+    ]
+
+
 def test_figures_and_claims_follow_one_rule(blobs_root):
     """The pull requests' claims and the docs' figures name the same files as
     changed since a run (serieskit.results.changed_since)."""

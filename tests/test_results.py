@@ -188,6 +188,34 @@ def test_prefill_attention_bench_names_figures_per_head_dim():
     assert bench.causal_flops(2, 3, 64) == 4 * 64 * bench.HEADS * (4 + 5)
 
 
+def test_prefill_crossover_proposes_a_table_per_head_dim():
+    bench = script("bench/prefill_crossover.py")
+    rows = [
+        {"query_len": q, "turing_ms": t, "triton_attn_ms": 1.0}
+        for q, t in ((64, 1.2), (128, 0.9), (256, 1.1), (384, 0.8), (512, 0.5))
+    ]
+    # Faster from 384 on; 128 alone is not enough (slower again at 256).
+    assert bench.crossover(rows) == 384
+    assert bench.crossover([dict(r, turing_ms=2.0) for r in rows]) is None
+    x = {
+        "hd128.ctx0_decodes0": 256,
+        "hd128.ctx0_decodes16": 384,
+        "hd128.ctx2048_decodes0": 16,
+        "hd128.ctx2048_decodes16": 24,
+        "hd128.ctx8192_decodes0": 8,
+        "hd128.ctx8192_decodes16": 24,
+    }
+    # Per context the larger of the two batches; a row only where it changes.
+    assert bench.proposed_table(x, 128, [0, 2048, 8192], [0, 16]) == [[0, 384], [2048, 24]]
+    x["hd128.ctx8192_decodes16"] = None
+    assert bench.proposed_table(x, 128, [0, 2048, 8192], [0, 16]) is None
+    figures = bench.case_figures("hd128.ctx0_decodes0", 128, 0, 0, 256, rows)
+    assert set(figures) == {"hd128.ctx0_decodes0.crossover_query_len"}
+    rows.append({"query_len": 65, "turing_ms": 3.0, "triton_attn_ms": 1.0, "ratio": 3.0})
+    figures = bench.case_figures("hd128.ctx0_decodes0", 128, 0, 0, 256, rows)
+    assert figures["hd128.ctx0_decodes0.ratio_at_65"]["value"] == 3.0
+
+
 def test_e2e_merge_of_the_committed_runs_validates_and_flags_flat_logits(tmp_path):
     ab = script("e2e/ab.py")
     runs = [str(RAW / f) for f in ("call2_e2e1.json", "call3_e2e2.json")]

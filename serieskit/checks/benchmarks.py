@@ -133,25 +133,34 @@ def attention(ev: Evidence) -> str:
     )
 
 
+_CROSSOVER = re.compile(r"^(?:hd(\d+)\.)?ctx(\d+)_decodes(\d+)\.crossover_query_len$")
+
+
 def crossover(ev: Evidence) -> str:
-    """From which query length the Turing kernel beats TRITON_ATTN, per context and batch."""
-    run = _newest_matching(ev, r"^ctx\d+_decodes\d+\.crossover_query_len$")
+    """From which query length the Turing kernel beats TRITON_ATTN, per head
+    dim, context and batch (files before the per-head-dim run: head dim 256,
+    keys without the ``hdN.`` prefix)."""
+    run = _newest_matching(ev, _CROSSOVER.pattern)
     if run is None:
         return missing("the crossover benchmark")
-    cases = sorted(
-        {
-            (int(m.group(2)), int(m.group(1)))
-            for k in run.figures
-            if (m := re.match(r"^ctx(\d+)_decodes(\d+)\.", k))
-        }
-    )
+    shape = run.doc.get("shape") or {}
+    default_hd = int(shape.get("head_dim") or 256)
+    cases = {}
+    for key in run.figures:
+        if m := _CROSSOVER.match(key):
+            hd, ctx, dec = m.groups()
+            prefix = f"hd{hd}." if hd else ""
+            cases[(int(hd or default_hd), int(dec), int(ctx))] = f"{prefix}ctx{ctx}_decodes{dec}"
     rows = []
-    for dec, ctx in cases:
-        q = (run.figure(f"ctx{ctx}_decodes{dec}.crossover_query_len") or {}).get("value")
-        ratio = (run.figure(f"ctx{ctx}_decodes{dec}.ratio_at_65") or {}).get("value")
-        rows.append([f"{ctx:,}", str(dec), "never" if q is None else f"{q:,}", fmt(ratio, "ratio")])
+    for (hd, dec, ctx), key in sorted(cases.items()):
+        q = (run.figure(f"{key}.crossover_query_len") or {}).get("value")
+        ratio = (run.figure(f"{key}.ratio_at_65") or {}).get("value")
+        rows.append(
+            [str(hd), f"{ctx:,}", str(dec), "never" if q is None else f"{q:,}", fmt(ratio, "ratio")]
+        )
     out = table(
         [
+            "head dim",
             "context",
             "decode requests beside",
             "crossover query length",
