@@ -42,7 +42,9 @@ def main(argv: list[str]) -> int:
     unknown = [f for f in chosen if f not in files]
     if unknown:
         sys.exit(f"error: not a test file of the series: {', '.join(unknown)}")
-    logs = Path("/tmp/test-logs")
+    # Per results file, so that runs side by side (files that share the GPU
+    # without timing anything) keep their own logs.
+    logs = Path(f"/tmp/test-logs-{dest.stem}")
     shutil.rmtree(logs, ignore_errors=True)
     ran = chosen or files
     rc = (
@@ -58,8 +60,8 @@ def main(argv: list[str]) -> int:
         report = dest.parent / f"coverage-{runner.machine_slug()}.json"
         runner.coverage_report(tree, rc, report, results.series_from_stamps(tree))
     # One archive: the GPU machine returns at most eight files from its output folder.
-    with tarfile.open(dest.parent / "test-logs.tgz", "w:gz") as tar:
-        tar.add(logs, arcname="test-logs")
+    with tarfile.open(dest.parent / f"{dest.stem}-logs.tgz", "w:gz") as tar:
+        tar.add(logs, arcname=f"{dest.stem}-logs")
     return 0 if all(o.ok for o in outcomes) else 1
 
 

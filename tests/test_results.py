@@ -100,7 +100,7 @@ def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monk
     assert data["series"]["commit"] == "c0ffee" and data["series"]["base"] == "vllm==0.26.0"
     assert data["series"]["files"] == {test: "b10b"}
     assert data["commands"] == [f"NCCL_P2P_DISABLE=1 python -m pytest -k 'not hybrid' {test}"]
-    assert (out.parent / "test-logs.tgz").is_file()
+    assert (out.parent / f"{out.stem}-logs.tgz").is_file()
 
 
 def test_host_reduce_bench_document_validates_and_keeps_the_claimed_figures():
