@@ -284,38 +284,42 @@ def main() -> int:
     assert error is None, f"the Turing kernel cannot run here: {error}"
 
     kernels = (paged_prefill_attention_sm75, turing_prefill_scratch_numel, unified_attention)
-    rows = []
-    for head, decodes, ctx, q_len in itertools.product(
-        a.head_dims, a.decodes, a.contexts, a.query_lens
-    ):
-        rows.append(measure(kernels, head, q_len, ctx, decodes, a.reps, a.warmup))
-        torch.cuda.empty_cache()  # the shape's buffers, before the next one's
+    rows: list[dict] = []
+    for head in a.head_dims:
+        for decodes, ctx, q_len in itertools.product(a.decodes, a.contexts, a.query_lens):
+            rows.append(measure(kernels, head, q_len, ctx, decodes, a.reps, a.warmup))
+            torch.cuda.empty_cache()  # the shape's buffers, before the next one's
+        # Written after each head dim: a run cut short keeps what it measured.
+        done = a.head_dims[: a.head_dims.index(head) + 1]
+        crossovers = write(a, done, rows)
+    print(json.dumps(crossovers, indent=2))
+    return 0
 
+
+def write(a: argparse.Namespace, head_dims: list[int], rows: list[dict]) -> dict:
+    """The results file of the head dims measured so far; their crossovers."""
     figures: dict = {}
     crossovers: dict = {}
-    for head in a.head_dims:
-        for decodes in a.decodes:
-            for ctx in a.contexts:
-                sel = [
-                    r
-                    for r in rows
-                    if r["head_dim"] == head and r["decodes"] == decodes and r["context_len"] == ctx
-                ]
-                key = f"hd{head}.ctx{ctx}_decodes{decodes}"
-                crossovers[key] = crossover(sel)
-                figures.update(case_figures(key, head, ctx, decodes, crossovers[key], sel))
+    for head, decodes, ctx in itertools.product(head_dims, a.decodes, a.contexts):
+        sel = [
+            r
+            for r in rows
+            if (r["head_dim"], r["decodes"], r["context_len"]) == (head, decodes, ctx)
+        ]
+        key = f"hd{head}.ctx{ctx}_decodes{decodes}"
+        crossovers[key] = crossover(sel)
+        figures.update(case_figures(key, head, ctx, decodes, crossovers[key], sel))
     tables = {
-        str(head): proposed_table(crossovers, head, a.contexts, a.decodes) for head in a.head_dims
+        str(head): proposed_table(crossovers, head, a.contexts, a.decodes) for head in head_dims
     }
-    for head, table in tables.items():
-        figures[f"hd{head}.proposed_table"] = results.figure(
+    for hd, table in tables.items():
+        figures[f"hd{hd}.proposed_table"] = results.figure(
             table,
             "[[context tokens, query tokens]]",
-            f"head dim {head}: per context the larger crossover of the batches "
+            f"head dim {hd}: per context the larger crossover of the batches "
             "measured, rows where it changes (before the Turing anchor of 65)",
-            f"proposed_tables['{head}']",
+            f"proposed_tables['{hd}']",
         )
-
     props = torch.cuda.get_device_properties(0)
     body = {
         "what": "crossover query length, Turing paged prefill attention vs "
@@ -325,7 +329,7 @@ def main() -> int:
         "shape": {
             "num_heads": HEADS,
             "num_kv_heads": KV_HEADS,
-            "head_dims": a.head_dims,
+            "head_dims": head_dims,
             "page_size": PAGE,
             "causal": True,
         },
@@ -347,8 +351,7 @@ def main() -> int:
         figures=figures,
     )
     results.write(a.out, doc)
-    print(json.dumps(crossovers, indent=2))
-    return 0
+    return crossovers
 
 
 def _version(mod: str) -> str | None:
