@@ -9,11 +9,11 @@ import json
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
-from test_results import ROOT, script
+from test_results import H200X2, ROOT, SERIES, script
 
+from serieskit import results
 from serieskit.series import series
 
 PATCHES = sorted((ROOT / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
@@ -108,9 +108,6 @@ def test_e2e_arms_set_fields_of_the_series():
 
 
 def test_rendezvous_bench_document_validates():
-    from serieskit import results
-    from test_results import H200X2, SERIES
-
     rdv = script("bench/host_reduce_rendezvous.py")
     timing = {"gpu_ms_per_call": 1.0, "host_ms_per_call": 0.5, "gpu_ms_all": [], "host_ms_all": []}
     slower = dict(timing, gpu_ms_per_call=1.1)
