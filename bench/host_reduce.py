@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serieskit import results  # noqa: E402
@@ -48,6 +47,24 @@ INTERFERENCE_BYTES = 8192000
 CE_MAX_PIECES, CE_MIN_PIECE = 16, 256 * 1024
 CE_CALLS_PER_PIECE, CE_FIXED_CALLS = 4, 9
 IMPLS = ("nccl", "kernel_mode", "copy_engine_mode")
+# kernel_config.host_reduce of the two channels (vLLM's HostReduceConfig,
+# every other field at its default): the kernel mode serves every size (its
+# limit raised to the largest), the copy-engine mode every size (the kernel
+# mode's limit at its smallest, 16 B).
+CHANNELS = {
+    "kernel_mode": {
+        "enabled": True,
+        "max_bytes": CE_MAX,
+        "copy_engine_max_bytes": 0,
+        "timeout_s": 30.0,
+    },
+    "copy_engine_mode": {
+        "enabled": True,
+        "max_bytes": 16,
+        "copy_engine_max_bytes": CE_MAX,
+        "timeout_s": 30.0,
+    },
+}
 
 
 def ce_pieces(nbytes: int) -> int:
@@ -333,6 +350,7 @@ def _interference(rank, cpu_group, hr_kernel, hr_ce, ar_ms: dict) -> dict:
 
 
 def _worker(rank: int, port: int, out_path: str, queue) -> None:
+    from vllm.config.kernel import HostReduceConfig
     from vllm.distributed.device_communicators.host_all_reduce import HostAllReduce
 
     torch.cuda.set_device(rank)
@@ -340,20 +358,13 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     cpu_group = dist.new_group(backend="gloo")
     x = torch.ones(1, device="cuda")
     dist.all_reduce(x)
-    # Kernel mode for every size; copy-engine mode for every size (its
-    # max_bytes is the smallest allowed, so the copy engines serve it all).
-    hr_kernel = HostAllReduce(
-        cpu_group,
-        rank,
-        SimpleNamespace(enabled=True, max_bytes=CE_MAX, copy_engine_max_bytes=0, timeout_s=30.0),
-    )
-    hr_ce = HostAllReduce(
-        cpu_group,
-        rank,
-        SimpleNamespace(enabled=True, max_bytes=16, copy_engine_max_bytes=CE_MAX, timeout_s=30.0),
-    )
+    hr_kernel = HostAllReduce(cpu_group, rank, HostReduceConfig(**CHANNELS["kernel_mode"]))
+    hr_ce = HostAllReduce(cpu_group, rank, HostReduceConfig(**CHANNELS["copy_engine_mode"]))
     assert not hr_kernel.disabled, hr_kernel.disabled_reason
     assert not hr_ce.disabled, hr_ce.disabled_reason
+    # Where the copy-engine mode cannot run here, that channel would decline
+    # every size above 16 B and the column would time nothing.
+    assert hr_ce.copy_engine_error is None, hr_ce.copy_engine_error
     result: dict = {}
     t0 = time.time()
     sizes: list = []
@@ -525,6 +536,7 @@ def main() -> None:
         "gpus": smi,
         "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
         "env": {k: os.environ.get(k) for k in ("NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE")},
+        "channels": CHANNELS,
     }
     doc = document(by_rank[0], by_rank[1], run, results.machine(), results.current_series(ROOT))
     results.write(Path(args.out), doc)

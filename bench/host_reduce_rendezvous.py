@@ -31,17 +31,24 @@ numbers say what the rendezvous costs where it is turned on.
 """
 
 import argparse
-import datetime
-import json
 import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit import results  # noqa: E402
+
+try:  # the GPU machine's; document() needs none of it
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError:
+    torch = dist = mp = None
 
 SIZES = [327680, 1048576, 4194304, 8192000, 20971520]
 CE_MAX = 20971520
@@ -60,22 +67,24 @@ def _spin_us(us: float) -> None:
         pass
 
 
+def channel_config(rendezvous: bool) -> dict:
+    """kernel_config.host_reduce of a channel (vLLM's HostReduceConfig)."""
+    return {
+        "enabled": True,
+        "max_bytes": MAX_BYTES,
+        "copy_engine_max_bytes": CE_MAX,
+        "timeout_s": 60.0,
+        "copy_engine_host_rendezvous": rendezvous,
+    }
+
+
 def _channels(rank: int, cpu_group):
     from vllm.config.kernel import HostReduceConfig
     from vllm.distributed.device_communicators.host_all_reduce import HostAllReduce
 
-    def config(rendezvous: bool) -> HostReduceConfig:
-        return HostReduceConfig(
-            enabled=True,
-            max_bytes=MAX_BYTES,
-            copy_engine_max_bytes=CE_MAX,
-            timeout_s=60.0,
-            copy_engine_host_rendezvous=rendezvous,
-        )
-
     channels = {
-        "rendezvous": HostAllReduce(cpu_group, rank, config(True)),
-        "no_rendezvous": HostAllReduce(cpu_group, rank, config(False)),
+        name: HostAllReduce(cpu_group, rank, HostReduceConfig(**channel_config(on)))
+        for name, on in (("rendezvous", True), ("no_rendezvous", False))
     }
     for name, hr in channels.items():
         assert not hr.disabled, (name, hr.disabled_reason)
@@ -188,11 +197,11 @@ def main() -> None:
     ]
     for pr in procs:
         pr.start()
-    results: dict = {}
-    while len(results) < len(procs):
+    by_rank: dict = {}
+    while len(by_rank) < len(procs):
         try:
             rank, res = queue.get(timeout=5)
-            results[rank] = res
+            by_rank[rank] = res
         except Exception:
             dead = [pr.exitcode for pr in procs if pr.exitcode not in (None, 0)]
             if dead:
@@ -201,22 +210,9 @@ def main() -> None:
                 raise SystemExit(f"a worker failed (exit codes {dead})") from None
     for pr in procs:
         pr.join()
-    figures = {}
-    for row in results[0]:
-        for case in ("back_to_back", "skewed_hosts", "beside_gemm"):
-            on = row[f"{case}.rendezvous"]
-            off = row[f"{case}.no_rendezvous"]
-            for what in ("gpu_ms_per_call", "host_ms_per_call"):
-                figures[f"{row['bytes']}B.{case}.{what}.rendezvous_cost_pct"] = {
-                    "value": 100.0 * (on[what] / off[what] - 1.0),
-                    "unit": "%",
-                    "label": f"{row['bytes']:,} B, {case}, rank 0 {what}: rendezvous "
-                    "on against off",
-                    "from": f"rank0[bytes={row['bytes']}]['{case}.*'].{what}",
-                }
     smi = (
         subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,driver_version,pci.bus_id", "--format=csv,noheader"],
             check=False,
             capture_output=True,
             text=True,
@@ -224,33 +220,46 @@ def main() -> None:
         .stdout.strip()
         .splitlines()
     )
-    doc = {
-        "schema": "vllm-series-results/1",
-        "kind": "bench",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "machine": {
-            "name": f"2 x {torch.cuda.get_device_name(0)}",
-            "gpu": torch.cuda.get_device_name(0),
-            "gpus": 2,
-            "driver": smi[0].split(",")[-1].strip() if smi else None,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "p2p": "off (NCCL_P2P_DISABLE=1)",
-            "label": f"{torch.cuda.get_device_name(0)} figure (compute_75 PTX "
-            "unless the GPUs are SM75): not a Turing figure",
-        },
-        "series": {"commit": os.environ.get("SERIES_COMMIT")},
-        "figures": figures,
+    run = {"gpus": smi, "calls": args.calls, "skew_us": args.skew_us}
+    doc = document(by_rank[0], by_rank[1], run, results.machine(), results.current_series(ROOT))
+    results.write(Path(args.out), doc)
+
+
+CASES = ("back_to_back", "skewed_hosts", "beside_gemm")
+
+
+def figures(rank0: list[dict]) -> dict:
+    """Per payload and case, rank 0's GPU and host time per call with the
+    rendezvous on against off (%)."""
+    out = {}
+    for i, row in enumerate(rank0):
+        for case in CASES:
+            on = row[f"{case}.rendezvous"]
+            off = row[f"{case}.no_rendezvous"]
+            for what in ("gpu_ms_per_call", "host_ms_per_call"):
+                out[f"{row['bytes']}B.{case}.{what}.rendezvous_cost_pct"] = results.figure(
+                    100.0 * (on[what] / off[what] - 1.0),
+                    "%",
+                    f"{row['bytes']:,} B, {case}, rank 0 {what}: rendezvous on against off",
+                    f"rank0[{i}]['{case}.rendezvous'].{what}",
+                )
+    return out
+
+
+def document(rank0: list[dict], rank1: list[dict], run: dict, machine: dict, series: dict) -> dict:
+    """The results file (results/README.md) of one run: both ranks' rows and
+    rank 0's figures."""
+    body = {
         "what": "copy-engine mode of the host all-reduce: per-call host rendezvous on against off",
-        "method": f"{args.calls} calls per trial, median of 7 trials after 2; "
-        f"rank 1 busy-waits {args.skew_us} us on the host before each call in "
-        "skewed_hosts and beside_gemm; beside_gemm: all-reduce on a side stream, "
-        "a 4096^3 fp16 GEMM on the main stream, per step",
-        "rank0": results[0],
-        "rank1": results[1],
+        **run,
+        "method": f"{run.get('calls')} calls per trial, median of 7 trials after 2; rank 1 "
+        f"busy-waits {run.get('skew_us')} us on the host before each call in skewed_hosts "
+        "and beside_gemm; beside_gemm: all-reduce on a side stream, a 4096^3 fp16 GEMM on "
+        "the main stream, per step",
+        "rank0": rank0,
+        "rank1": rank1,
     }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=2)
+    return results.document("bench", body, machine=machine, series=series, figures=figures(rank0))
 
 
 if __name__ == "__main__":

@@ -112,6 +112,15 @@ def plot_allreduce(data: dict, dest: Path) -> Path:
     return _save(fig, dest)
 
 
+def prefill_title(data: dict) -> str:
+    """The e2e figure's title: tensor parallelism (2 in files before the
+    harness recorded it), the base the run was on and the machine label."""
+    base = (data.get("series", {}).get("base") or "").replace("vllm==", "vLLM ")
+    return ", ".join(
+        x for x in (f"End to end, TP={data.get('tp', 2)}", base, data["machine"]["label"]) if x
+    )
+
+
 def plot_prefill(data: dict, dest: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -155,7 +164,7 @@ def plot_prefill(data: dict, dest: Path) -> Path:
     low = min([*means, *(x for x in (bars["ceiling"], bars["ideal"]) if x)])
     ax.set_ylim(low * 0.97, max(means) * 1.02)
     ax.set_ylabel("prefill of 4 x ~29k + 100k tokens (s; axis not from 0)")
-    ax.set_title("End to end, TP=2, " + data["machine"]["label"], fontsize=10)
+    ax.set_title(prefill_title(data), fontsize=10)
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()

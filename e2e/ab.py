@@ -5,7 +5,8 @@
     python3 e2e/ab.py --merge run1.json run2.json --out results/e2e.json
 
 Each arm file: {"name", "kernel_config", "attention_config", "env"}; every boot
-runs with TP=2, NCCL_P2P_DISABLE=1 (unless the arm's env says otherwise),
+runs with TP=2 (``--tp 1`` checks the harness on one GPU), NCCL_P2P_DISABLE=1
+(unless the arm's env says otherwise),
 --disable-custom-all-reduce, 2048-token chunks, eager prefill and decode
 captured in CUDA graphs of 1, 2, 4 and 8 tokens. Rounds alternate the order
 (A B C, C B A, ...) so that a drift over the run does not favour one arm. The
@@ -81,6 +82,8 @@ def boot(arm: dict, args, label: str, env_extra: dict | None = None) -> dict:
         args.prefill,
         "--decode-tokens",
         str(args.decode_tokens),
+        "--tp",
+        str(args.tp),
     ]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
@@ -222,6 +225,7 @@ def memory(mine: list[dict]) -> dict:
         "runtime_activation_peak_mib": max(values("runtime_activation_peak_mib"), default=None),
         "kv_cache_mib": min(values("kv_cache_mib"), default=None),
         "weights_mib": max(values("weights_mib"), default=None),
+        "cudagraph_estimate_mib": max(values("profile_cudagraph_estimate_mib"), default=None),
         "covered_by_profile": all(covered) if covered else None,
     }
 
@@ -472,10 +476,14 @@ def merge(files: list[str], out: Path) -> dict:
         arms += [a for a in run["arms"] if a["name"] not in {x["name"] for x in arms}]
         boots += [dict(b, run=Path(files[i]).name) for b in run["boots"]]
     layers = runs[0]["layers"] or models.LAYERS[runs[0]["model"]]
+    tps = {r.get("tp", 2) for r in runs}  # 2 in runs before the harness recorded it
+    if len(tps) > 1:
+        raise SystemExit(f"error: the runs are of different TP: {sorted(tps)}")
     body = {
         "merged_from": [Path(f).name for f in files],
         "model": runs[0]["model"],
         "layers": runs[0]["layers"],
+        "tp": tps.pop(),
         "arms": arms,
         "boots": boots,
         "env": runs[0]["env"],
@@ -502,7 +510,7 @@ def write_weights(args) -> dict:
     return json.loads(line[len("WEIGHTS ") :])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument(
         "--merge",
@@ -535,7 +543,14 @@ def main() -> int:
         help="the arm whose boots profile that prompt (default: reference)",
     )
     p.add_argument("--timeout", type=int, default=400)
-    args = p.parse_args()
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=2,
+        help="tensor parallelism (1 checks the harness on one GPU: the overlap arms then "
+        "fail at startup, as vLLM rejects the overlap without TP)",
+    )
+    args = p.parse_args(argv)
     if args.merge:
         return verdict(merge(args.merge, Path(args.out))["summary"])
     if not args.arms:
@@ -552,6 +567,7 @@ def main() -> int:
     body = {
         "model": args.model,
         "layers": args.layers,
+        "tp": args.tp,
         "arms": arms,
         "order": [f"{label}:{a['name']}" for a, label in order],
         "boots": boots,

@@ -76,6 +76,7 @@ def main() -> None:
     p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--warm-only", action="store_true")
     p.add_argument("--profile-tokens", type=int, default=0)
+    p.add_argument("--tp", type=int, default=2, help="tensor parallelism (1: one GPU)")
     a = p.parse_args()
     arm = json.loads(a.arm)
     model = models.folder(a.model, a.layers)
@@ -90,7 +91,7 @@ def main() -> None:
         model=str(model),
         load_format="safetensors",
         skip_tokenizer_init=True,
-        tensor_parallel_size=2,
+        tensor_parallel_size=a.tp,
         dtype="float16",
         gpu_memory_utilization=0.6,
         max_model_len=131072,

@@ -10,7 +10,9 @@ selects tests in them as pytest's -k does (a long file over two runs). With
 COVERAGE=1 they run under coverage.py (test contexts, every Python process
 they start included) and the report goes beside OUT.json as
 coverage-<machine>.json (e.g. coverage-h200x2.json): copied here to
-.work/pr/coverage/h200x2.json, the pr session lists it beside the CPU's."""
+.work/pr/coverage/h200x2.json, the pr session lists it beside the CPU's.
+TEST_TIMEOUT=SECONDS ends a file's pytest after that long (default 1800): it
+is counted as an error and the JSON is still written."""
 
 import os
 import shlex
@@ -52,7 +54,10 @@ def main(argv: list[str]) -> int:
         if os.environ.get("COVERAGE") == "1"
         else None
     )
-    outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc)
+    # TEST_TIMEOUT (seconds per file): a file cut short still leaves its
+    # outcome and this JSON, inside a device call's own time limit.
+    timeout = float(os.environ.get("TEST_TIMEOUT") or 1800)
+    outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc, timeout=timeout)
     runner.write_results(
         dest, outcomes, results.series_from_stamps(tree), {"commands": commands(ran, select)}
     )

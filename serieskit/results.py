@@ -275,7 +275,51 @@ def changed_since(
     return out
 
 
+# --- torch: the base's pin against the torch that ran -------------------------------
+
+_TORCH_REQ = re.compile(r"^torch\s*==\s*([0-9][^\s;,]*)")
+
+
+def pinned_torch(base_version: str, folders: list[Path] | None = None) -> str | None:
+    """The torch release vLLM ``base_version`` pins: from the installed vLLM's
+    metadata where it is that release (the GPU machine assembles the released
+    wheel's dist-info beside the tree), else from ``requirements/cuda.txt`` of
+    the stamped tree (or ``folders``); None where neither says."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("vllm")
+        lines = (dist.requires or []) if dist.version == base_version else []
+    except metadata.PackageNotFoundError:
+        lines = []
+    if folders is None:
+        folders = [f for f in (stamps_folder(),) if f is not None]
+    for f in folders:
+        req = f / "requirements" / "cuda.txt"
+        if req.is_file():
+            lines += req.read_text().splitlines()
+    for line in lines:
+        if m := _TORCH_REQ.match(line.strip()):
+            return m.group(1)
+    return None
+
+
+def torch_note(series: Mapping, machine: Mapping, pinned: str | None) -> str | None:
+    """What a results file says of its torch: the base's pin against the torch
+    that ran (the GPU machine's image has its own torch, not the pin's).
+    None where the run recorded no base or no torch (a CPU-only writer)."""
+    base = (series.get("base") or "").removeprefix("vllm==")
+    ran = machine.get("torch")
+    if not base or not ran:
+        return None
+    pin = f"pins torch {pinned}" if pinned else "has a torch pin this run could not read"
+    where = "the GPU machine's" if machine.get("gpu") else "this machine's"
+    return f"vLLM {base} {pin}; ran on {where} torch {ran}"
+
+
 # --- the document ----------------------------------------------------------------
+
+_LOOK_UP = object()
 
 
 def document(
@@ -287,10 +331,13 @@ def document(
     figures: dict,
     date: str | None = None,
     test_files: dict | None = None,
+    torch_pin: str | None | object = _LOOK_UP,
 ) -> dict:
     """The header, then what the run wrote (a header key in ``body`` is kept
-    as ``original_<key>``)."""
-    head = {
+    as ``original_<key>``). The header's ``torch_note`` names the base's
+    torch pin (``torch_pin``; by default looked up with :func:`pinned_torch`)
+    beside the torch that ran."""
+    head: dict[str, object] = {
         "schema": SCHEMA,
         "kind": kind,
         "date": date or now(),
@@ -300,6 +347,10 @@ def document(
     }
     if test_files is not None:
         head["test_files"] = test_files
+    base = (series.get("base") or "").removeprefix("vllm==")
+    if base and machine.get("torch"):
+        pin = pinned_torch(base) if torch_pin is _LOOK_UP else torch_pin
+        head["torch_note"] = torch_note(series, machine, pin if isinstance(pin, str) else None)
     rest = {(f"original_{k}" if k in head else k): v for k, v in body.items()}
     return {**head, **rest}
 

@@ -62,3 +62,12 @@ def test_host_issue_and_ideal_bound_are_drawn_where_measured(tmp_path):
         )
         == 2
     )
+
+
+def test_prefill_title_names_tp_and_base():
+    plots = script("bench/plots.py")
+    e2e = committed("e2e_seed16_h200x2.json")
+    assert plots.prefill_title(e2e) == (
+        "End to end, TP=2, vLLM 0.26.0, H200 figure (2 x H200, P2P off): not a Turing figure"
+    )
+    assert plots.prefill_title(dict(e2e, tp=1)).startswith("End to end, TP=1, ")

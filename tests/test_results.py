@@ -248,6 +248,7 @@ def boot(arm: str, label: str, total: float, gap: float, profile: dict | None = 
         "memory": [
             {
                 "profile_activation_peak_mib": 900.0,
+                "profile_cudagraph_estimate_mib": 120.0,
                 "runtime_activation_peak_mib": 850.0,
                 "kv_cache_mib": 5000.0,
                 "weights_mib": 6000.0,
@@ -287,6 +288,7 @@ def test_e2e_summary_gaps_memory_and_ideal_overlap_bound(tmp_path):
         "runtime_activation_peak_mib": 850.0,
         "kv_cache_mib": 5000.0,
         "weights_mib": 6000.0,
+        "cudagraph_estimate_mib": 120.0,
         "covered_by_profile": True,
     }
     bound = s["ideal_overlap"]
@@ -340,3 +342,108 @@ def test_model_weights_written_at_a_trained_scale(tmp_path):
     assert record["lm_head_std"] == pytest.approx(0.02, rel=0.05)
     again = models.write_weights(d, device="cpu", log=lambda *_: None)  # written once
     assert again == record
+
+
+def test_torch_note_names_the_base_s_pin_and_the_torch_that_ran(tmp_path, monkeypatch):
+    series = dict(SERIES, base="vllm==0.33.0")
+    doc = results.document(
+        "bench", {}, machine=H200X2, series=series, figures={}, torch_pin="2.14.0"
+    )
+    assert doc["torch_note"] == (
+        "vLLM 0.33.0 pins torch 2.14.0; ran on the GPU machine's torch 2.11.0+cu130"
+    )
+    assert results.validate(doc) == []
+    # On the GPU machine the pin is read from the assembled tree (no vLLM here).
+    tree = tmp_path / "src"
+    (tree / "requirements").mkdir(parents=True)
+    (tree / "requirements" / "cuda.txt").write_text("numba\ntorch==2.14.0\ntorchaudio==2.11.0\n")
+    (tree / "SERIES_COMMIT").write_text("c0ffee\n")
+    monkeypatch.setenv("PYTHONPATH", str(tree))
+    assert results.pinned_torch("0.33.0") == "2.14.0"
+    looked_up = results.document("bench", {}, machine=H200X2, series=series, figures={})
+    assert looked_up["torch_note"] == doc["torch_note"]
+    (tree / "requirements" / "cuda.txt").write_text("numba\n")
+    assert (
+        "could not read"
+        in results.document("bench", {}, machine=H200X2, series=series, figures={})["torch_note"]
+    )
+    # No note without a torch that ran or a base the run recorded.
+    cpu = results.machine_block([], None, None, None)
+    assert "torch_note" not in results.document("ci", {}, machine=cpu, series=series, figures={})
+    unknown = results.unrecorded("a test")
+    assert "torch_note" not in results.document(
+        "bench", {}, machine=H200X2, series=unknown, figures={}
+    )
+
+
+def test_every_gpu_writer_carries_the_torch_note():
+    """The writers of the two-GPU evidence go through results.document."""
+    series = dict(SERIES, base="vllm==0.33.0")
+    old = committed("bench_host_reduce_h200x2.json")
+    bench = script("bench/host_reduce.py")
+    docs = [bench.document(old["rank0"], old["rank1"], {}, H200X2, series)]
+    e2e = committed("e2e_seed16_h200x2.json")
+    docs.append(script("e2e/ab.py").document({"summary": e2e["summary"]}, H200X2, series))
+    for doc in docs:
+        assert doc["torch_note"].startswith("vLLM 0.33.0 ") and doc["series"]["base"]
+
+
+def test_gpu_run_tests_ends_a_file_at_test_timeout(tmp_path, monkeypatch):
+    run_tests = script("gpu/run_tests.py")
+    test = "tests/config/test_host_reduce_config.py"
+    tree = tmp_path / "src"
+    (tree / test).parent.mkdir(parents=True)
+    (tree / test).write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    monkeypatch.setenv("TEST_TIMEOUT", "5")
+    out = tmp_path / "out" / "tests.json"
+    out.parent.mkdir()
+    assert run_tests.main([str(tree), str(out), test]) == 1
+    data = json.loads(out.read_text())
+    assert data["files"][0]["returncode"] == 124 and data["files"][0]["seconds"] < 30
+    assert data["test_files"][test]["errors"] == 1
+
+
+def test_e2e_worker_reads_the_memory_profile_of_the_base():
+    worker_module = script("e2e/e2e_worker.py")
+    mib = 2**20
+    # vLLM 0.33.0's Worker: the transient peak plus the CUDA graph estimate applied
+    worker = type(
+        "Worker",
+        (),
+        {
+            "peak_activation_memory": (900 + 120) * mib,
+            "cudagraph_memory_estimate": 120 * mib,
+            "total_consumed": 7000 * mib,
+            "available_kv_cache_memory_bytes": 5000 * mib,
+        },
+    )()
+    assert worker_module.profile_memory(worker, True) == {
+        "profile_activation_peak_mib": 900.0,
+        "profile_cudagraph_estimate_mib": 120.0,
+        "profile_cudagraph_estimate_applied": True,
+        "profile_total_consumed_mib": 7000.0,
+        "kv_cache_mib": 5000.0,
+    }
+    assert worker_module.profile_memory(worker, False)["profile_activation_peak_mib"] == 1020.0
+    assert worker_module.profile_memory(object(), True)["profile_activation_peak_mib"] is None
+
+
+def test_e2e_harness_tp_reaches_the_boots_and_the_file(tmp_path, monkeypatch):
+    ab = script("e2e/ab.py")
+    seen: dict = {}
+
+    def fake_boot(arm, args, label, env_extra=None):
+        seen.setdefault("tp", set()).add(args.tp)
+        return {"arm": arm["name"], "label": label, "p2p": False}
+
+    monkeypatch.setattr(ab, "boot", fake_boot)
+    monkeypatch.setattr(ab, "write_weights", lambda args: {"written": False})
+    monkeypatch.setattr(ab, "machine", lambda: {})
+    out = tmp_path / "e2e.json"
+    arm = str(ROOT / "e2e" / "arms" / "reference.json")
+    ab.main(["--arms", arm, "--out", str(out), "--tp", "1", "--rounds", "1", "--no-warm"])
+    assert seen["tp"] == {1}
+    data = json.loads(out.read_text())
+    assert data["tp"] == 1 and results.validate(data) == []
+    merged = ab.merge([str(out), str(out)], tmp_path / "m.json")
+    assert merged["tp"] == 1
