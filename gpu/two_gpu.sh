@@ -72,7 +72,6 @@ tests() {
   t=$(budget "$cap")
   export TEST_TIMEOUT=$((t > 60 ? t - 30 : t))
   bounded "$t" python3 gpu/run_tests.py "$root/src" "$OUT/$name.json" ${select:+-k "$select"} "$@"
-  if [ -f "$OUT/test-logs.tgz" ]; then mv "$OUT/test-logs.tgz" "$OUT/$name-logs.tgz"; fi
 }
 
 overlap=tests/v1/worker/test_prefill_overlap.py
