@@ -495,6 +495,24 @@ def test_a_benchmark_caption_names_the_files_changed_since(blobs_root, monkeypat
     assert text.endswith("2026-05-01. It ran before the current version of `op.cu` of patch 0001.")
 
 
+def test_the_a_b_block_skips_a_tp1_harness_check(blobs_root):
+    def e2e_run(name: str, **extra) -> None:
+        figures = {"reference.prefill_total_mean_s": results.figure(2.0, "s", "p", "x")}
+        run_on(blobs_root, name, {"csrc/op.cu": OLD_CU}, figures=figures)
+        path = blobs_root / "results" / name
+        doc = json.loads(path.read_text())
+        doc.update(kind="e2e", **extra)
+        path.write_text(json.dumps(doc))
+
+    e2e_run("ab.json")
+    assert "`results/ab.json`" in benchmarks.e2e(evidence.Evidence(blobs_root))
+    e2e_run("tp1.json", tp=1, date="2026-06-01")
+    text = benchmarks.e2e(evidence.Evidence(blobs_root))
+    assert "`results/ab.json`" in text and "tp1.json" not in text
+    e2e_run("tp2.json", tp=2, date="2026-06-02")
+    assert "`results/tp2.json`" in benchmarks.e2e(evidence.Evidence(blobs_root))
+
+
 def test_crossover_table_per_head_dim(blobs_root):
     f = results.figure
     run_on(
