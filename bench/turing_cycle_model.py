@@ -210,6 +210,33 @@ def chunk_table(kernels: dict[int, Kernel]) -> list[str]:
     return lines
 
 
+def h200_check(kernels: dict[int, Kernel], h200_bench: str) -> list[str]:
+    """The model's steady-state H200 fraction of the ceiling per head dim
+    beside what the H200 benchmark measured (automatic split) per context."""
+    rows = json.loads(Path(h200_bench).read_text())["rows"]
+    measured: dict[int, dict[int, float]] = {}
+    for r in rows:
+        if r["query_len"] == 2048:
+            frac = r["auto_split"]["fraction_of_mma_ceiling"]
+            measured.setdefault(r.get("head_dim", 256), {})[r["context_len"]] = frac
+    contexts = sorted({c for m in measured.values() for c in m})
+    lines = [
+        "| head dim | model A / S (steady state) | "
+        + " | ".join(f"measured after {c:,}" for c in contexts)
+        + " |",
+        "|" + "---|" * (2 + len(contexts)),
+    ]
+    for hd, k in sorted(kernels.items()):
+        h = round_cycles(k, H200)
+        cells = [f"{measured.get(hd, {}).get(c, float('nan')):.1%}" for c in contexts]
+        lines.append(
+            f"| {hd} | {h['tensor'] / h['A']:.0%} / {h['tensor'] / h['S']:.0%} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return lines
+
+
 def seed_table(k: Kernel, h200_bench: str | None) -> list[str]:
     """The head-dim-256 shapes of the seed's measurements, models A, B, C."""
     t = round_cycles(k, TURING)
@@ -217,7 +244,9 @@ def seed_table(k: Kernel, h200_bench: str | None) -> list[str]:
     if h200_bench:
         b = json.loads(Path(h200_bench).read_text())
         row = next(
-            r for r in b["rows"] if r["query_len"] == 2048 and r["context_len"] == 150 * 1024
+            r
+            for r in b["rows"]
+            if (r["query_len"], r["context_len"], r.get("head_dim", 256)) == (2048, 150 * 1024, 256)
         )
         frac = row["auto_split"]["fraction_of_mma_ceiling"]
         # B: the H200's non-tensor cycles per round added unchanged to Turing's
@@ -256,6 +285,10 @@ def main() -> None:
     print("\n".join(head_dim_table(kernels)))
     print()
     print("\n".join(chunk_table(kernels)))
+    if a.h200_bench:
+        print()
+        print(f"H200 fraction of the m16n8k8 ceiling, model against {a.h200_bench}:")
+        print("\n".join(h200_check(kernels, a.h200_bench)))
     if 256 in kernels:
         print()
         print("\n".join(seed_table(kernels[256], a.h200_bench)))
