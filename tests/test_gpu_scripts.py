@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 from test_results import H200X2, ROOT, SERIES, script
@@ -173,3 +174,35 @@ def test_two_gpu_steps_are_the_documented_calls():
     for step in two_gpu_steps():
         assert re.search(rf"^\s+{re.escape(step)}\)$", text, re.M), f"no case for {step}"
         assert f"two_gpu.sh {step}" in docs, f"docs/gpu-evidence.md lacks step {step}"
+
+
+# --- gpu/profile_attention.sh ----------------------------------------------------------
+
+
+def test_profile_script_parses_and_names_what_exists():
+    script = ROOT / "gpu" / "profile_attention.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    named = set(re.findall(r"\b(?:gpu|bench)/[\w./-]+\.(?:sh|py)\b", text))
+    assert "bench/prefill_attention_profile.py" in named
+    for path in sorted(named):
+        assert (ROOT / path).is_file(), f"{path} does not exist"
+    # The kernel the filter names is the one the extension defines.
+    patch = (ROOT / "patches").glob("*head-d*.patch")
+    assert any("paged_prefill_attention_sm75_kernel(" in f.read_text() for f in patch)
+    assert "regex:paged_prefill_attention_sm75_kernel" in text
+
+
+def test_profile_target_refuses_a_missing_library(tmp_path):
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "prefill_attention_profile.py"),
+            "--lib",
+            str(tmp_path / "none.so"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "is not a file" in proc.stderr
