@@ -47,6 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from prefill_attention import triton_attn  # noqa: E402
+
 try:  # the GPU machine's; the table and figure helpers need none of it
     import torch
 except ImportError:
@@ -92,6 +95,7 @@ def make_batch(head: int, q_len: int, ctx: int, decodes: int, seed: int = 0) -> 
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
         scale=1.0 / math.sqrt(head),
+        descale=torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda"),
     )
 
 
@@ -157,7 +161,6 @@ def measure(kernels, head: int, q_len: int, ctx: int, decodes: int, reps: int, w
     device = torch.accelerator.current_device_index()
     numel = scratch_numel(b["query"].shape[0], HEADS, KV_HEADS, head, device)
     scratch = torch.empty(numel, dtype=torch.float32, device="cuda")
-    descale = torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda")
 
     def turing():
         kernel(
@@ -173,24 +176,7 @@ def measure(kernels, head: int, q_len: int, ctx: int, decodes: int, reps: int, w
         )
 
     def unified():
-        unified_attention(
-            q=b["query"],
-            k=b["key_cache"],
-            v=b["value_cache"],
-            out=out_u,
-            cu_seqlens_q=b["cu_seqlens_q"],
-            max_seqlen_q=b["max_query_len"],
-            seqused_k=b["seq_lens"],
-            max_seqlen_k=b["max_seq_len"],
-            softmax_scale=b["scale"],
-            causal=True,
-            window_size=(-1, -1),
-            block_table=b["block_table"],
-            softcap=0,
-            q_descale=None,
-            k_descale=descale,
-            v_descale=descale,
-        )
+        triton_attn(unified_attention, b, out_u, b["max_query_len"], b["max_seq_len"])
 
     reps = reps if ctx < 100_000 else max(20, reps // 2)
     graphs = {"turing": capture(turing, warmup), "triton_attn": capture(unified, warmup)}

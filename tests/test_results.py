@@ -188,6 +188,23 @@ def test_prefill_attention_bench_names_figures_per_head_dim():
     assert bench.causal_flops(2, 3, 64) == 4 * 64 * bench.HEADS * (4 + 5)
 
 
+def test_both_attention_benches_call_triton_attn_the_same_way():
+    bench = script("bench/prefill_attention.py")
+    keys = ("query", "key_cache", "value_cache", "cu_seqlens_q", "seq_lens", "block_table")
+    batch = {k: k for k in (*keys, "scale", "descale")}
+    got: dict = {}
+    bench.triton_attn(lambda **kw: got.update(kw), batch, "out", 5, 9)
+    assert (got["q"], got["k"], got["v"], got["out"]) == (
+        "query",
+        "key_cache",
+        "value_cache",
+        "out",
+    )
+    assert (got["max_seqlen_q"], got["max_seqlen_k"], got["causal"]) == (5, 9, True)
+    assert got["k_descale"] == got["v_descale"] == "descale" and got["q_descale"] is None
+    assert script("bench/prefill_crossover.py").triton_attn.__code__ is bench.triton_attn.__code__
+
+
 def test_prefill_crossover_proposes_a_table_per_head_dim():
     bench = script("bench/prefill_crossover.py")
     rows = [
