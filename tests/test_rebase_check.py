@@ -55,3 +55,17 @@ def test_check_without_a_work_tree_reads_the_patch_files(root, cache):
     (root / ".work" / "state.json").unlink()
     results = rebase_check.check(root, ["vllm==0.0.2"], log=quiet)
     assert [p.name for p in results[0].patches] == series.read_series(root)
+
+
+def test_a_check_left_by_a_killed_one_is_removed_and_said(root, cache):
+    repo = make_series(root)
+    release(cache, "0.0.2", "return 12\n", "return 1200\n")
+    # What a check killed before its cleanup leaves: its worktree, registered
+    # in the work tree's repository, named after a process that is gone.
+    left = root / ".work" / "check-20260101-000000-999999999"
+    git.git(repo, "worktree", "add", "-q", "--detach", str(left), "HEAD")
+    lines: list[str] = []
+    rebase_check.check(root, ["vllm==0.0.2"], log=lines.append)
+    assert not left.exists()
+    assert git.git(repo, "worktree", "list").count("\n") == 1
+    assert f"removed {left}, left by a check that was killed (pid 999999999)" in "\n".join(lines)

@@ -1,7 +1,8 @@
 """``nox -s rebase -- --check TARGET...``: would the series apply there?
 
 A dry run that changes nothing of the user's: the patch files are applied
-in order in a throwaway worktree (``.work/check-*``, removed afterwards) on
+in order in a throwaway worktree (``.work/check-*``, removed afterwards, or
+by the next check where a killed one left it) on
 each target release, and each is reported as it went:
 
 - ``clean``: its context matches exactly (``git apply --check``);
@@ -90,6 +91,7 @@ def check(root: Path, specs: list[str], log=print) -> list[TargetResult]:
     names = series.read_series(root)
     series.check_patches(root, names)
     base.ensure_repo(repo)
+    clear_left_checks(root, repo, log)
     results = []
     for version in targets(specs):
         onto, _ = base.ensure_base(repo, version, None, log=log)
@@ -102,6 +104,21 @@ def check(root: Path, specs: list[str], log=print) -> list[TargetResult]:
             + (clean[-1] if clean else "none of those tried")
         )
     return results
+
+
+def clear_left_checks(root: Path, repo: Path, log=print) -> None:
+    """Remove the throwaway worktrees of a check that was killed before it
+    removed its own (``.work/check-STAMP-PID``, that PID gone): they hold
+    only patch files applied by the toolkit, nothing of the user's. This
+    session holds .work/lock, so no other check is running."""
+    for tmp in sorted((root / WORK).glob("check-*-*")):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+            continue
+        git.run(repo, "worktree", "remove", "--force", str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
+        log(f"rebase --check: removed {tmp}, left by a check that was killed (pid {pid})")
+    git.run(repo, "worktree", "prune")
 
 
 def try_series(root: Path, repo: Path, onto: str, names: list[str]) -> list[PatchResult]:
