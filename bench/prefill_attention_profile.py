@@ -24,8 +24,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prefill_attention import QUERY, make_inputs  # noqa: E402
 
@@ -39,6 +37,8 @@ def main() -> int:
     a = ap.parse_args()
     if not a.lib.is_file():
         sys.exit(f"error: {a.lib} is not a file (build _sm7x_C first: gpu/stage2.sh)")
+    import torch
+
     torch.ops.load_library(str(a.lib))
     op = torch.ops._sm7x_C.paged_prefill_attention_sm75
     inp = make_inputs(a.query, a.context, a.head_dim)

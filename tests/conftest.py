@@ -63,19 +63,24 @@ def add_release(cache: Path, version: str, files: dict[str, str]) -> str:
     return digest
 
 
-@pytest.fixture
-def root(tmp_path, cache) -> Path:
-    """A toolkit root on synthetic vLLM 0.0.1, with an empty series."""
-    r = tmp_path / "root"
+def make_root(folder: Path, cache: Path) -> Path:
+    """A toolkit root (``folder/root``) on synthetic vLLM 0.0.1, with an empty series."""
+    r = folder / "root"
     (r / "patches").mkdir(parents=True)
     (r / "patches" / "series").write_text("")
     sha = add_release(cache, "0.0.1", BASE_FILES)
-    scratch = tmp_path / "scratch"
+    scratch = folder / "scratch"
     base.ensure_repo(scratch)
     commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=quiet)
     base.write_pin(r, base.Pin("0.0.1", sha, commit))
     shutil.rmtree(scratch)
     return r
+
+
+@pytest.fixture
+def root(tmp_path, cache) -> Path:
+    """A toolkit root on synthetic vLLM 0.0.1, with an empty series."""
+    return make_root(tmp_path, cache)
 
 
 def commit_file(

@@ -51,12 +51,11 @@ from test_faults import (
     series_head_subjects,
     work,
 )
-from test_port import PORT, f0, pin_patches, write_series
+from test_port import PORT, f0, make_port, pin_patches, write_series
 
-from conftest import BASE_FILES, add_release, quiet
-from serieskit import git
+from conftest import BASE_FILES, add_release, make_root
 from serieskit.checks import docs
-from serieskit.series import base, target
+from serieskit.series import target
 from serieskit.upstream import carry_record
 
 KERNEL = BASE_FILES["vllm/config/kernel.py"]
@@ -317,19 +316,7 @@ def _docs_check(call, root, facts):
 
 def _carry_setup(call, root, facts, cache):
     # The port to 0.0.2, as tests/test_port.py's fixture makes it.
-    git.git(root, "init", "-q")
-    sha = add_release(cache, PORT, {**BASE_FILES, "setup.py": "print('setup 2')\n"})
-    scratch = root.parent / "scratch-port"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / f"vllm-{PORT}.tar.gz", PORT, sha, log=quiet)
-    shutil.rmtree(scratch)
-    (root / "ports" / PORT).mkdir(parents=True)
-    (root / "ports" / PORT / "series").write_text("")
-    base.add_port(root, base.Port(PORT, sha, commit, f"ports/{PORT}"))
-    pin, port = target.pin(root), target.port(root, PORT)
-    write_series(pin, pin_patches())
-    write_series(port, pin_patches())
-    carry_record.record(pin, port, log=quiet)
+    pin, port = make_port(root, cache, {**BASE_FILES, "setup.py": "print('setup 2')\n"})
     write_series(pin, pin_patches(f0(101)))  # a change of the pin's to carry
     facts["port"] = {
         p.name: p.read_bytes()
@@ -449,15 +436,7 @@ def _starting_point(name: str, tmp_path_factory, capsys, monkeypatch) -> tuple[P
         folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", name))
         cache = folder / "cache" / "sdists"
         monkeypatch.setenv("VLLM_SERIES_CACHE", str(cache.parent))
-        root = folder / "root"
-        (root / "patches").mkdir(parents=True)
-        (root / "patches" / "series").write_text("")
-        sha = add_release(cache, "0.0.1", BASE_FILES)
-        scratch = folder / "scratch"
-        base.ensure_repo(scratch)
-        commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=quiet)
-        base.write_pin(root, base.Pin("0.0.1", sha, commit))
-        shutil.rmtree(scratch)
+        root = make_root(folder, cache)
         case, facts = CASES[name], {}
         call = cli_caller(capsys, root)
         if name.startswith(("rebase", "carry")):

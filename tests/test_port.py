@@ -98,12 +98,11 @@ def pin_patches(f0_edit=None, kernel="kernel v1\n", extra=()):
     ]
 
 
-@pytest.fixture
-def pinport(root, cache):
-    """The pin (0.0.1) with two patches, and its port to 0.0.2 made from them
-    and recorded as carried. Returns (pin, port) targets."""
+def make_port(root, cache, files: dict[str, str] = PORT_FILES):
+    """The pin (0.0.1) with two patches, and its port to 0.0.2 (a release of
+    ``files``) made from them and recorded as carried. Returns (pin, port)."""
     git.git(root, "init", "-q")  # carry finds old patch texts in the toolkit's git objects
-    sha = add_release(cache, PORT, PORT_FILES)
+    sha = add_release(cache, PORT, files)
     scratch = root.parent / "scratch-port"
     base.ensure_repo(scratch)
     commit = base.import_sdist(scratch, cache / f"vllm-{PORT}.tar.gz", PORT, sha, log=quiet)
@@ -116,6 +115,12 @@ def pinport(root, cache):
     write_series(port, pin_patches())
     carry_record.record(pin, port, log=quiet)
     return pin, port
+
+
+@pytest.fixture
+def pinport(root, cache):
+    """make_port on the root fixture."""
+    return make_port(root, cache)
 
 
 # --- pin.toml [[port]] -------------------------------------------------------------

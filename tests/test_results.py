@@ -78,12 +78,21 @@ def test_runner_write_results_validates(tmp_path):
     assert data["files"][0]["file"] == "tests/test_ok.py" and data["series"] == SERIES
 
 
-def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monkeypatch):
-    run_tests = script("gpu/run_tests.py")
+def one_test_file(tmp_path: Path, text: str) -> tuple[Path, str, Path]:
+    """A tree holding one of the series' test files with ``text``, and where
+    gpu/run_tests.py is to write its results: (tree, test file, out JSON)."""
     test = "tests/config/test_host_reduce_config.py"
     tree = tmp_path / "src"
     (tree / test).parent.mkdir(parents=True)
-    (tree / test).write_text("def test_config():\n    pass\n")
+    (tree / test).write_text(text)
+    out = tmp_path / "out" / "tests.json"
+    out.parent.mkdir()
+    return tree, test, out
+
+
+def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monkeypatch):
+    run_tests = script("gpu/run_tests.py")
+    tree, test, out = one_test_file(tmp_path, "def test_config():\n    pass\n")
     for key, value in (
         ("SERIES_COMMIT", "c0ffee"),
         ("SERIES_TREE", "7ree"),
@@ -92,8 +101,6 @@ def test_gpu_run_tests_writes_the_header_from_the_packer_s_stamps(tmp_path, monk
     ):
         (tree / key).write_text(value + "\n")
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
-    out = tmp_path / "out" / "tests.json"
-    out.parent.mkdir()
     assert run_tests.main([str(tree), str(out), "-k", "not hybrid", test]) == 0
     data = json.loads(out.read_text())
     assert results.validate(data) == []
@@ -407,13 +414,10 @@ def test_every_gpu_writer_carries_the_torch_note():
 
 def test_gpu_run_tests_ends_a_file_at_test_timeout(tmp_path, monkeypatch):
     run_tests = script("gpu/run_tests.py")
-    test = "tests/config/test_host_reduce_config.py"
-    tree = tmp_path / "src"
-    (tree / test).parent.mkdir(parents=True)
-    (tree / test).write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    tree, test, out = one_test_file(
+        tmp_path, "import time\n\ndef test_slow():\n    time.sleep(60)\n"
+    )
     monkeypatch.setenv("TEST_TIMEOUT", "5")
-    out = tmp_path / "out" / "tests.json"
-    out.parent.mkdir()
     assert run_tests.main([str(tree), str(out), test]) == 1
     data = json.loads(out.read_text())
     assert data["files"][0]["returncode"] == 124 and data["files"][0]["seconds"] < 30
