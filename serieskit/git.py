@@ -298,6 +298,18 @@ def drop_worktree(repo: Path, path: Path) -> bool:
     return known
 
 
+def detached_worktree(repo: Path, dest: Path, commit: str) -> Path:
+    """A detached worktree of ``repo`` at ``commit``, made or moved there."""
+    if not (dest / ".git").exists():
+        drop_worktree(repo, dest)  # one a killed session left, locked or not
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
+    else:
+        git(dest, "checkout", "--quiet", "--force", "--detach", commit)
+        git(dest, "clean", "-fdq")
+    return dest
+
+
 def reason(proc: subprocess.CompletedProcess) -> str:
     """Every ``error:`` / ``fatal:`` line git printed, else its last line: the
     whole of its reason (its last line alone often hides it)."""

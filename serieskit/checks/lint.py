@@ -287,18 +287,6 @@ def parse_results(output: str) -> dict[str, tuple[str, str]]:
     return results
 
 
-def _checkout(repo: Path, dest: Path, commit: str) -> Path:
-    """A detached worktree of ``repo`` at ``commit`` (made or moved there)."""
-    if not (dest / ".git").exists():
-        git.drop_worktree(repo, dest)  # one a killed session left, locked or not
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
-    else:
-        git.git(dest, "checkout", "--force", "--detach", commit)
-        git.git(dest, "clean", "-fdq")
-    return dest
-
-
 def pre_commit_home() -> Path:
     """pre-commit's hook environments, beside the toolkit's other caches."""
     return cache_dir().parent / "pre-commit"
@@ -385,7 +373,7 @@ def base_mypy_errors(
     ]
     if not existing:
         return set()
-    tree = _checkout(repo, work / "base", base)
+    tree = git.detached_worktree(repo, work / "base", base)
     result = parse_results(pre_commit(tree, config, hook_id, "--files", *existing))
     return mypy_errors(result.get(hook_id, ("", ""))[1])
 
@@ -412,7 +400,7 @@ def run(
     that failed. ``layering_check`` (``() -> bool``) is the base-vs-head
     verdict of check-layering."""
     config = work / "pre-commit-config.yaml"
-    head = _checkout(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
+    head = git.detached_worktree(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
     hooks = write_offline_config(head, config)
     log(f"lint: {CONFIG} of {commit} through pre-commit (offline config {config})")
     if note := first_run_note():

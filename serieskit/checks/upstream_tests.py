@@ -77,18 +77,6 @@ def new_failures(base: dict[str, str], series: dict[str, str]) -> list[str]:
     return sorted(t for t, r in series.items() if r == "failed" and t not in base)
 
 
-def worktree_at(repo: Path, dest: Path, commit: str) -> Path:
-    """A detached worktree of ``repo`` at ``commit``, made or moved there."""
-    if not (dest / ".git").exists():
-        git.drop_worktree(repo, dest)  # one a killed session left, locked or not
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        git.git(repo, "worktree", "add", "--force", "--detach", str(dest), commit)
-    else:
-        git.git(dest, "checkout", "--quiet", "--force", "--detach", commit)
-        git.git(dest, "clean", "-fdq")
-    return dest
-
-
 def installed_torch(python: str = sys.executable) -> str:
     """The torch version of the Python that runs the tests."""
     if python == sys.executable:
@@ -217,7 +205,7 @@ def record_baseline(where, tree: Path, jobs: int = 1, log=print) -> Path:
     state = series.State.load(t)
     assert state.base
     torch = installed_torch()
-    base_tree = worktree_at(tree, t.out(UPSTREAM) / "base", state.base)
+    base_tree = git.detached_worktree(tree, t.out(UPSTREAM) / "base", state.base)
     log(f"upstream: recording the base's outcomes ({state.base[:12]}, torch {torch})")
     baseline = Baseline(
         t.version,
