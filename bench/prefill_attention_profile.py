@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""A profiler's target: the Turing prefill attention kernel, launched twice
-on one shape of bench/prefill_attention.py, without importing vLLM.
+"""A profiler's target: one shape of the Turing prefill attention kernel,
+launched twice on one case of bench/prefill_attention.py, without vLLM.
 
 Under Nsight Compute every CUDA call of the process is intercepted, and
 importing vLLM (torch.compile's and Triton's modules with it) took longer
-than a device call's limit before the kernel ran. This loads the built
-extension by path (``torch.ops.load_library``: its ops are defined in C++)
-and calls the op alone: a warm-up launch, then the launch to profile, both
-without split-KV (the key loop only; no merge kernel).
+than a device call's limit before the kernel ran. This loads the sweep's
+library (``bench/prefill_attention_variants.py --build LIB``: the series'
+kernel template, the shipped shapes and their alternatives) by ctypes and
+launches one shape: a warm-up, then the launch to profile, both without
+split-KV (the key loop only; no merge kernel).
 
     ncu --clock-control none -k regex:paged_prefill_attention_sm75_kernel \\
         --launch-skip 1 -c 1 --section WarpStateStats ... \\
-        python3 bench/prefill_attention_profile.py --lib .../_sm7x_C.abi3.so \\
-        --head-dim 128 --context 32768
+        python3 bench/prefill_attention_profile.py --lib /tmp/libsm75v.so \\
+        --head-dim 128 --context 32768 [--variant hd128.w8m1k32c1]
 
-gpu/profile_attention.sh runs it under ncu for each head dim.
+gpu/profile_attention.sh runs it under ncu for each shape it is given.
 """
 
 from __future__ import annotations
@@ -25,31 +26,47 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from prefill_attention import QUERY, make_inputs  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", type=Path, required=True, help="the built _sm7x_C library")
+    ap.add_argument("--lib", type=Path, required=True, help="the sweep's library (--build LIB)")
     ap.add_argument("--head-dim", type=int, default=256, choices=(64, 128, 256))
+    ap.add_argument("--variant", help="a shape's name (default: the shipped one of the head dim)")
     ap.add_argument("--context", type=int, default=32 * 1024)
-    ap.add_argument("--query", type=int, default=QUERY)
+    ap.add_argument("--query", type=int, default=2048)
     a = ap.parse_args()
+    # Checked before torch is imported: the refusal needs no GPU machine.
     if not a.lib.is_file():
-        sys.exit(f"error: {a.lib} is not a file (build _sm7x_C first: gpu/stage2.sh)")
+        sys.exit(
+            f"error: {a.lib} is not a file (build it first: "
+            "python3 bench/prefill_attention_variants.py --tree TREE --build LIB)"
+        )
     import torch
+    from prefill_attention import make_inputs
+    from prefill_attention_variants import launcher, load, params_for, scratch_for, variants
 
-    torch.ops.load_library(str(a.lib))
-    op = torch.ops._sm7x_C.paged_prefill_attention_sm75
-    inp = make_inputs(a.query, a.context, a.head_dim)
+    lib = load(a.lib)
+    shapes = variants(lib)
+    want = [
+        v
+        for v in shapes
+        if (v["name"] == a.variant if a.variant else v["head_dim"] == a.head_dim and v["shipped"])
+    ]
+    if len(want) != 1:
+        sys.exit(
+            f"error: no shape {a.variant!r}; the library has {', '.join(v['name'] for v in shapes)}"
+        )
+    v = want[0]
+    inp = make_inputs(a.query, a.context, v["head_dim"])
     out = torch.empty_like(inp["query"])
-    args = [inp[k] for k in ("query", "key_cache", "value_cache", "block_table")]
-    args += [inp["cu_seqlens_q"], inp["seq_lens"], inp["scale"]]
+    p = params_for(torch, inp, out, None, scratch_for(torch, inp["query"]))
+    launch = launcher(torch, lib, v["index"], p, 1)
     for _ in range(2):  # the warm-up, then the one to profile (--launch-skip 1)
-        op(out, *args, None, 1)
+        launch()
     torch.cuda.synchronize()
     finite = bool(torch.isfinite(out).all())
-    print(f"head dim {a.head_dim}, {a.query} query tokens after {a.context}: finite {finite}")
+    print(f"{v['name']}: {a.query} query tokens after {a.context}: finite {finite}")
     return 0 if finite else 1
 
 

@@ -54,7 +54,7 @@ def sass_tools(log=print) -> Path | None:
     """A folder holding cuobjdump and nvdisasm (None where they are on PATH)."""
     if shutil.which("cuobjdump") and shutil.which("nvdisasm"):
         return None
-    from serieskit.base import cache_dir
+    from serieskit.series.base import cache_dir
 
     site = cache_dir().parent / "sass-tools"
     bindir = site / "nvidia" / "cu13" / "bin"
@@ -154,6 +154,23 @@ def sm90_from_ptx(tree: Path, nvcc: str, out: Path) -> dict[str, build.Usage]:
         nvcc, tree, kernel, (), False, out, ["-gencode=arch=compute_75,code=sm_90"]
     )
     return {u.function: u for u in usage if u.arch == "90"}
+
+
+def static_machine(nvcc_version: str | None) -> dict:
+    """The machine header of compile output: no GPU ran."""
+    return {
+        "name": "CPU",
+        "kind": os.environ.get("SERIES_MACHINE_KIND"),
+        "gpu": None,
+        "gpus": 0,
+        "driver": None,
+        "torch": None,
+        "cuda": nvcc_version,
+        "label": (
+            f"static sm_75 evidence (nvcc {nvcc_version}, "
+            "compile output on a machine without a GPU; no GPU ran)"
+        ),
+    }
 
 
 def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> list[dict]:
@@ -270,19 +287,7 @@ def main() -> int:
             f"{r['hmma_per_warp_per_tile']} HMMA, {loop.get('common_path')} instructions; "
             f"sm_90 from the PTX: {r['sm90_from_compute75_ptx']}"
         )
-    machine = {
-        "name": "CPU",
-        "kind": os.environ.get("SERIES_MACHINE_KIND"),
-        "gpu": None,
-        "gpus": 0,
-        "driver": None,
-        "torch": None,
-        "cuda": report.nvcc.get("version"),
-        "label": (
-            f"static sm_75 evidence (nvcc {report.nvcc.get('version')}, "
-            "compile output on a machine without a GPU; no GPU ran)"
-        ),
-    }
+    machine = static_machine(report.nvcc.get("version"))
     body = {
         "what": (
             "Static sm_75 evidence of paged_prefill_attention_sm75 per head dim "

@@ -90,6 +90,54 @@ def load_kernels(path: Path) -> dict[int, Kernel]:
     return out
 
 
+def load_variants(path: Path) -> dict[str, tuple[Kernel, int]]:
+    """The shapes of bench/prefill_attention_variants.py --static: each as a
+    Kernel at its Turing residency, with the CTAs per SM an H200 holds."""
+    out = {}
+    for r in json.loads(path.read_text())["variants"]:
+        loop, c = (
+            r["key_loop_per_warp_per_tile"],
+            r["key_loop_per_warp_per_tile"]["common_path_by_class"],
+        )
+        k = Kernel(
+            head_dim=r["head_dim"],
+            warps=r["warps"],
+            ctas_per_sm=r["turing_ctas_per_sm"],
+            keys=r["keys_per_tile"],
+            hmma=c.get("HMMA", 0),
+            instructions=loop["common_path"],
+            smem_ops=c.get("LDSM", 0) + c.get("STS", 0) + c.get("local (spill)", 0),
+            mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
+            fp32=c.get("FP32", 0),
+        )
+        # An H200 SM: 65,536 registers, 227 KiB of shared memory, 64 warps.
+        per_thread = -(-r["registers"] // 8) * 8
+        h200 = min(
+            65536 // (per_thread * 32 * r["warps"]),
+            227 * 1024 // r["dynamic_shared_bytes"],
+            64 // r["warps"],
+        )
+        out[r["name"]] = (k, h200)
+    return out
+
+
+def variants_table(shapes: dict[str, tuple[Kernel, int]]) -> list[str]:
+    lines = [
+        "| shape | warps x CTAs per SM, Turing / H200 | HMMA / instr. / smem ops per warp-tile "
+        "| Turing fraction of tensor peak A / S | H200 fraction of the m16n8k8 ceiling A / S |",
+        "|---|---|---|---|---|",
+    ]
+    for name, (k, h200_ctas) in shapes.items():
+        t, h = round_cycles(k, TURING), round_cycles(k, H200, h200_ctas)
+        lines.append(
+            f"| {name} | {k.warps} x {k.ctas_per_sm} / {k.warps} x {h200_ctas} | {k.hmma} / "
+            f"{k.instructions} / {k.smem_ops} | {t['tensor'] / t['A']:.0%} / "
+            f"{t['tensor'] / t['S']:.0%} | {h['tensor'] / h['A']:.0%} / "
+            f"{h['tensor'] / h['S']:.0%} |"
+        )
+    return lines
+
+
 def round_cycles(k: Kernel, rates: Rates, ctas_per_sm: int | None = None) -> dict:
     """Cycles while every resident warp of an SM does one tile. Model A: the
     pipes overlap, the busiest one sets the time. Model S: shared memory
@@ -275,7 +323,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--static", type=Path, default=STATIC)
     ap.add_argument("--h200-bench")
+    ap.add_argument(
+        "--variants", type=Path, help="a --static file of bench/prefill_attention_variants.py"
+    )
     a = ap.parse_args()
+    if a.variants:
+        print("MODEL, not a measurement: inputs", a.variants)
+        print("\n".join(variants_table(load_variants(a.variants))))
+        return
     kernels = load_kernels(a.static)
     print("MODEL, not a measurement: inputs", a.static.relative_to(ROOT))
     for hd, k in sorted(kernels.items()):

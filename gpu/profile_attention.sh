@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# GPU machine, after gpu/stage2.sh built _sm7x_C (within the time the machine
-# is kept): Nsight Compute on one launch of the Turing prefill attention's
-# key loop per head dim (bench/prefill_attention_profile.py, which imports no
-# vLLM), 2048 query tokens after CONTEXT (32768 by default), no split-KV.
-# Writes $OUT/ncu_hd64.txt, ncu_hd128.txt, ncu_hd256.txt: the sections that
-# say where the warps stall (WarpStateStats, SourceCounters), what the pipes
-# and shared memory did, and the occupancy. Clocks left alone (METHOD.md).
-#   export OUT; bash gpu/profile_attention.sh [HEAD_DIM ...]
+# GPU machine, no staging needed: Nsight Compute on one launch of the Turing
+# prefill attention's key loop per shape (bench/prefill_attention_profile.py,
+# which imports no vLLM), 2048 query tokens after CONTEXT (32768 by default),
+# no split-KV. TREE is a folder that bench/prefill_attention_variants.py
+# --prepare made here and the call carries (.dev/gpu/kernel by default);
+# the shapes are names from that script's list (default: the shipped shape of
+# each head dim). Writes $OUT/ncu_<shape>.txt: where the warps stall
+# (WarpStateStats, SourceCounters), what the pipes and shared memory did, and
+# the occupancy. Clocks left alone (METHOD.md).
+#   export OUT; bash gpu/profile_attention.sh [SHAPE ...]
 set -euo pipefail
 : "${OUT:?error: OUT, the output folder of the device call, is not set}"
-lib=${LIB:-/tmp/vllm-run/src/vllm/_sm7x_C.abi3.so}
-[ -f "$lib" ] || { echo "error: no $lib: run gpu/stage2.sh (BUILD=1) first"; exit 1; }
+tree=${TREE:-.dev/gpu/kernel}
+[ -f "$tree/csrc/sm7x/paged_prefill_attention_sm75.cu" ] || {
+  echo "error: no kernel in $tree: run bench/prefill_attention_variants.py --prepare $tree here and carry it"
+  exit 1
+}
 command -v ncu > /dev/null || { echo "error: ncu (Nsight Compute) is not on PATH"; exit 1; }
 mkdir -p "$OUT"
+lib=/tmp/libsm75_prefill_variants.so
+python3 bench/prefill_attention_variants.py --tree "$tree" --build "$lib"
 sections=(SpeedOfLight WarpStateStats SchedulerStats ComputeWorkloadAnalysis
   MemoryWorkloadAnalysis Occupancy InstructionStats SourceCounters LaunchStats)
-dims=("$@")
-[ ${#dims[@]} -gt 0 ] || dims=(64 128 256)
-for d in "${dims[@]}"; do
-  echo "profile: head dim $d"
+shapes=("$@")
+[ ${#shapes[@]} -gt 0 ] || shapes=(hd64.w4m2k32c2 hd128.w4m2k16c2 hd256.w8m1k32c1.l0.x0)
+for s in "${shapes[@]}"; do
+  echo "profile: $s"
   timeout "${LIMIT:-150}" ncu --clock-control none --target-processes application-only \
     -k regex:paged_prefill_attention_sm75_kernel --launch-skip 1 -c 1 \
     "${sections[@]/#/--section=}" \
-    python3 bench/prefill_attention_profile.py --lib "$lib" --head-dim "$d" \
-    --context "${CONTEXT:-32768}" > "$OUT/ncu_hd$d.txt" 2>&1 \
-    || echo "profile: head dim $d exited $? (see $OUT/ncu_hd$d.txt)"
+    python3 bench/prefill_attention_profile.py --lib "$lib" --variant "$s" \
+    --context "${CONTEXT:-32768}" > "$OUT/ncu_$s.txt" 2>&1 \
+    || echo "profile: $s exited $? (see $OUT/ncu_$s.txt)"
 done

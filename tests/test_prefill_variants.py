@@ -1,0 +1,151 @@
+"""bench/prefill_attention_variants.py and its library, without a GPU: the
+shapes it lists are Turing shapes with the shipped one first, its ctypes
+mirror of the kernel's params is the C++ struct, its float64 reference is
+attention, the profile script's default shapes exist, and a sweep's results
+file validates."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from test_results import ROOT
+
+from serieskit import results
+
+sys.path.insert(0, str(ROOT / "bench"))
+import prefill_attention_static as st  # noqa: E402
+import prefill_attention_variants as pv  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(scope="module")
+def kernel_tree(tmp_path_factory):
+    """The kernel's files as the series leaves them, from patches/ alone."""
+    tree = tmp_path_factory.mktemp("kernel")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    for patch in sorted((ROOT / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch")):
+        subprocess.run(
+            ["git", "apply", "--include=csrc/sm7x/paged_prefill_attention_sm75.*", str(patch)],
+            cwd=tree,
+            check=True,
+        )
+    return tree
+
+
+@pytest.fixture(scope="module")
+def built(kernel_tree, tmp_path_factory):
+    """The library for sm_75 (machine code: ptxas reports every shape)."""
+    out = tmp_path_factory.mktemp("lib")
+    path, usage = pv.build_library(kernel_tree, out, ["-gencode=arch=compute_75,code=sm_75"])
+    return pv.load(path), usage
+
+
+@needs_nvcc
+def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
+    lib, usage = built
+    shapes = pv.variants(lib)
+    names = [v["name"] for v in shapes]
+    assert len(set(names)) == len(names), names
+    by_traits = {
+        tuple(int(g) for g in m.groups()): u
+        for u in usage
+        if u.arch == "75" and (m := st.TRAITS.search(u.function))
+    }
+    for hd in (64, 128, 256):
+        group = [v for v in shapes if v["head_dim"] == hd]
+        assert group and group[0]["shipped"], f"head dim {hd}: the shipped shape is not first"
+        assert sum(v["shipped"] for v in group) == 1
+    for v in shapes:
+        u = by_traits[tuple(v[k] for k in pv.TRAITS_KEYS)]
+        smem = 4 * v["keys_per_tile"] * v["head_dim"] * 2
+        # Every shape fits a Turing SM at least once, or timing it says nothing.
+        assert st.turing_ctas_per_sm(u.registers, 32 * v["warps"], smem) >= 1, v["name"]
+        if v["shipped"]:
+            assert (u.spill_stores, u.spill_loads) == (0, 0), v["name"]
+
+
+@needs_nvcc
+def test_params_mirror_is_the_struct_and_a_change_is_refused(built):
+    lib, _ = built
+    pv.check_layout(lib)  # the real struct: passes
+
+    class Shifted:
+        def sm75v_params_layout(self, buf, n):
+            layout = [ctypes.sizeof(pv.Params) + 8] + [
+                getattr(pv.Params, f).offset for f, _ in pv.PARAMS_FIELDS
+            ]
+            for i, x in enumerate(layout):
+                buf[i] = x
+            return len(layout)
+
+    with pytest.raises(SystemExit, match="PagedPrefillAttentionParams changed"):
+        pv.check_layout(Shifted())
+
+
+@needs_nvcc
+def test_profile_defaults_are_shapes_of_the_library(built):
+    lib, _ = built
+    text = (ROOT / "gpu" / "profile_attention.sh").read_text()
+    defaults = re.search(r"shapes=\(([^)$]*)\)", text).group(1).split()
+    names = {v["name"] for v in pv.variants(lib)}
+    shipped = {v["name"] for v in pv.variants(lib) if v["shipped"]}
+    assert set(defaults) == shipped <= names
+
+
+def test_reference_is_causal_attention_over_the_pages():
+    torch = pytest.importorskip("torch")
+    q_lens, ctx_lens = (5, 1, 9), (0, 20, 37)
+    inp = pv.ragged_inputs(torch, q_lens, ctx_lens, 4, 2, 16, 64, device="cpu")
+    out, lse = pv.reference(torch, inp, q_lens, ctx_lens)
+    # Token by token, key by key through the block table: another path.
+    table, kc, vc = inp["block_table"], inp["key_cache"], inp["value_cache"]
+    start = 0
+    for i, (ql, ctx) in enumerate(zip(q_lens, ctx_lens, strict=True)):
+        for t in range(ql):
+            keys = range(ctx + t + 1)
+            k = torch.stack([kc[table[i, j // 16], j % 16] for j in keys]).double()
+            v = torch.stack([vc[table[i, j // 16], j % 16] for j in keys]).double()
+            for h in range(4):
+                sc = k[:, h // 2] @ inp["query"][start + t, h].double() * inp["scale"]
+                p = torch.softmax(sc, dim=0)
+                torch.testing.assert_close(out[start + t, h], p @ v[:, h // 2])
+                torch.testing.assert_close(lse[h, start + t], torch.logsumexp(sc, dim=0))
+        start += ql
+
+
+def test_sweep_document_validates():
+    body = {
+        "what": "x",
+        "sm_count": 132,
+        "mma_m16n8k8_ceiling": {"tflops": 465.0},
+        "mma_microbench": [
+            {"warps_per_sm": 8, "chains_per_warp": 4, "ldmatrix_in_flight": 1, "tflops": 200.0}
+        ],
+        "variants": [],
+        "rows": [
+            {
+                "variant": "hd128.w4m2k16c2",
+                "head_dim": 128,
+                "query_len": 2048,
+                "context_len": 32768,
+                "median_ms": 2.0,
+                "fraction_of_mma_ceiling": 0.45,
+            }
+        ],
+    }
+    doc = results.document(
+        "bench",
+        body,
+        machine=results.machine_block(["NVIDIA H200"], "580", "2.11.0", "13.0"),
+        series=results.unrecorded("test"),
+        figures=pv.figures_gpu(body),
+    )
+    assert results.validate(doc) == []
+    assert doc["figures"]["hd128.w4m2k16c2.ctx32768.fraction_of_ceiling"]["value"] == 0.45
+    assert "mma.w8c4l1_tflops" in doc["figures"]
