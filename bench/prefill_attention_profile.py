@@ -44,7 +44,7 @@ def main() -> int:
         )
     import torch
     from prefill_attention import make_inputs
-    from prefill_attention_variants import launcher, load, params_for, scratch_for, variants
+    from sm75_prefill_lib import launcher, load, params_for, scratch_for, variants
 
     lib = load(a.lib)
     shapes = variants(lib)

@@ -3,26 +3,27 @@
 """Sweep of the Turing prefill attention's shapes: the shipped traits per
 head dim beside the alternatives that fit a Turing SM, on one GPU in one run.
 
-``bench/prefill_attention_variants.cu`` instantiates the series' kernel
-template with each shape (its list is the sweep's); it is built with nvcc
-against a patched tree and loaded by ctypes, so no vLLM and no torch
-extension are needed. Two modes:
+The shapes are those of ``bench/prefill_attention_variants.cu``, loaded
+through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
 
+- ``--prepare DIR`` (here): the kernel's files and the series' stamps, for
+  a GPU machine that has no assembled tree (the call carries DIR).
 - ``--static`` (no GPU): sm_75 machine code of every shape, registers,
   spills, resident CTAs per Turing SM and the key loop's census per warp and
   tile, as bench/prefill_attention_static.py reads the shipped ones.
-- the GPU run: the mma.sync m16n8k8 ceiling (as bench/prefill_attention.py
-  measures it) and the same microbenchmark at the kernel's occupancies
-  (warps per SM x independent accumulators per warp: what 8 warps per SM can
-  reach at all); every shape against a float64 reference on ragged batches
-  (outputs poisoned with NaN, automatic and forced splits), then each shape
-  timed in CUDA graphs, median after warm-up, on 2048 query tokens after
-  32,768 and 153,600 of context, as a fraction of that ceiling and against
-  the shipped shape. H200 figures through compute_75 PTX, never Turing
-  figures. About 2 minutes on one H200.
+- ``--build LIB``: only the GPU build (compute_75 PTX), for the profiler.
+- the GPU run: the mma.sync m16n8k8 ceiling (bench/prefill_attention.py's)
+  and bench/mma_microbench.py at the kernel's occupancy; every shape against
+  a float64 reference on ragged batches (outputs poisoned with NaN,
+  automatic and forced splits); then each shape timed in CUDA graphs, median
+  after warm-up, on 2048 query tokens after 32,768 and 153,600 of context,
+  as a fraction of that ceiling and against the shipped shape, and the
+  shipped shapes once more on L2-resident keys. H200 figures through
+  compute_75 PTX, never Turing figures. About 3 minutes on one H200.
 
     python3 bench/prefill_attention_variants.py --static --out results/x.json
-    python3 bench/prefill_attention_variants.py --tree /tmp/vllm-run/src --out $OUT/x.json
+    python3 bench/prefill_attention_variants.py --prepare .dev/gpu/kernel
+    python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --out $OUT/x.json
 """
 
 from __future__ import annotations
@@ -40,12 +41,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from serieskit import results  # noqa: E402
-from serieskit.build import build, recipe  # noqa: E402
+from sm75_prefill_lib import (  # noqa: E402
+    KERNEL_FILES,
+    PTX,
+    TRAITS_KEYS,
+    build_library,
+    launcher,
+    load,
+    nvcc_command,
+    params_for,
+    scratch_for,
+    variants,
+)
 
-SOURCE = ROOT / "bench" / "prefill_attention_variants.cu"
-KERNEL_FILES = ("paged_prefill_attention_sm75.cu", "paged_prefill_attention_sm75.h")
-PTX = "-gencode=arch=compute_75,code=compute_75"  # the H200 runs it through the driver's JIT
+from serieskit import results  # noqa: E402
+from serieskit.build import build  # noqa: E402
+
 CONTEXTS = (32 * 1024, 150 * 1024)
 # (query lengths, context lengths, query heads, KV heads, page size): ragged
 # batches with a request of one token, one that starts a sequence, and one
@@ -55,147 +66,6 @@ CHECKS = (
     ((200, 5, 64), (333, 0, 2500), 8, 1, 64),
     ((150, 31), (70, 511), 4, 4, 32),
 )
-
-# PagedPrefillAttentionParams (csrc/sm7x/paged_prefill_attention_sm75.h), in
-# declaration order; checked against the library's offsets when it loads.
-PARAMS_FIELDS = [
-    ("query", ctypes.c_void_p),
-    ("query_stride_token", ctypes.c_int64),
-    ("query_stride_head", ctypes.c_int64),
-    ("key_cache", ctypes.c_void_p),
-    ("value_cache", ctypes.c_void_p),
-    ("cache_stride_block", ctypes.c_int32),
-    ("cache_stride_slot", ctypes.c_int32),
-    ("cache_stride_head", ctypes.c_int32),
-    ("block_table", ctypes.c_void_p),
-    ("block_table_stride", ctypes.c_int64),
-    ("cu_seqlens_q", ctypes.c_void_p),
-    ("seq_lens", ctypes.c_void_p),
-    ("out", ctypes.c_void_p),
-    ("out_stride_token", ctypes.c_int64),
-    ("out_stride_head", ctypes.c_int64),
-    ("lse", ctypes.c_void_p),
-    ("num_splits", ctypes.c_int32),
-    ("part_out", ctypes.c_void_p),
-    ("part_lse", ctypes.c_void_p),
-    ("num_seqs", ctypes.c_int32),
-    ("num_tokens", ctypes.c_int32),
-    ("num_heads", ctypes.c_int32),
-    ("num_kv_heads", ctypes.c_int32),
-    ("head_dim", ctypes.c_int32),
-    ("page_size", ctypes.c_int32),
-    ("page_shift", ctypes.c_int32),
-    ("softmax_scale", ctypes.c_float),
-    ("scale_log2", ctypes.c_float),
-    ("group", ctypes.c_int32),
-]
-
-
-# A shape's keys in the order of PrefillTraits' template arguments.
-TRAITS_KEYS = (
-    "head_dim",
-    "warps",
-    "row_tiles_per_warp",
-    "keys_per_tile",
-    "min_ctas_per_sm",
-    "shared_lookups",
-    "xor_addressing",
-)
-
-
-class Params(ctypes.Structure):
-    _fields_ = PARAMS_FIELDS  # type: ignore[assignment]  # a list of the same pairs
-
-
-# --- the library ------------------------------------------------------------------
-
-
-def nvcc_command(tree: Path, out: Path, gencode: list[str]) -> list[str]:
-    return [
-        os.environ.get("NVCC", "nvcc"),
-        "-shared",
-        "-o",
-        str(out),
-        str(SOURCE),
-        f"-I{tree / 'csrc' / 'sm7x'}",
-        *recipe.native().nvcc_flags,
-        # Its own runtime: ctypes loads it beside torch's, on the same
-        # primary context, so torch's pointers and streams are valid here.
-        "-cudart",
-        "static",
-        *gencode,
-    ]
-
-
-def build_library(tree: Path, workdir: Path, gencode: list[str]) -> tuple[Path, list[build.Usage]]:
-    """The sweep's library and ptxas's usage of its functions."""
-    if not (tree / "csrc" / "sm7x" / "paged_prefill_attention_sm75.cu").is_file():
-        sys.exit(f"error: {tree} holds no csrc/sm7x kernel: apply the series first (nox -s apply)")
-    lib = workdir / "libsm75_prefill_variants.so"
-    proc = subprocess.run(nvcc_command(tree, lib, gencode), capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
-        sys.exit(f"error: nvcc failed on {SOURCE.name} (last 40 lines):\n{tail}")
-    return lib, build.parse_ptxas(proc.stdout + proc.stderr)
-
-
-def load(path: Path) -> ctypes.CDLL:
-    """The library, its signatures set and its params layout checked."""
-    lib = ctypes.CDLL(str(path))
-    lib.sm75v_traits.restype = ctypes.c_char_p
-    lib.sm75v_launch.argtypes = [
-        ctypes.c_int,
-        ctypes.POINTER(Params),
-        ctypes.c_int,
-        ctypes.c_void_p,
-    ]
-    lib.sm75v_auto_splits.argtypes = [ctypes.c_int, ctypes.POINTER(Params)]
-    check_layout(lib)
-    return lib
-
-
-def check_layout(lib) -> None:
-    """Exit with a clear error where the C++ struct and its mirror differ."""
-    buf = (ctypes.c_int64 * 64)()
-    n = lib.sm75v_params_layout(buf, 64)
-    theirs = list(buf)[:n]
-    ours = [ctypes.sizeof(Params)] + [getattr(Params, f).offset for f, _ in PARAMS_FIELDS]
-    if theirs != ours:
-        sys.exit(
-            "error: PagedPrefillAttentionParams changed: the library's size and offsets "
-            f"{theirs} differ from this script's mirror {ours} (update PARAMS_FIELDS)"
-        )
-
-
-def variants(lib: ctypes.CDLL) -> list[dict]:
-    """Each shape the library holds: its traits and place in the list."""
-    out = []
-    for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 8)()
-        lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped = list(s)
-        out.append(
-            {
-                "index": i,
-                # The flags only where they are off: hd128.w4m2k16c2, hd256.w8m1k32c1.l0.x0.
-                "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
-                + ("" if lookups else ".l0")
-                + ("" if xor else ".x0"),
-                "traits": lib.sm75v_traits(i).decode(),
-                "head_dim": hd,
-                "warps": warps,
-                "row_tiles_per_warp": mtiles,
-                "keys_per_tile": keys,
-                "min_ctas_per_sm": ctas,
-                "shared_lookups": lookups,
-                "xor_addressing": xor,
-                "shipped": bool(shipped),
-            }
-        )
-    return out
-
-
-# --- static (no GPU) ---------------------------------------------------------------
 
 
 def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[dict]:
@@ -254,157 +124,6 @@ def run_static(tree: Path) -> tuple[list[dict], dict]:
 
 
 # --- GPU ----------------------------------------------------------------------------
-
-MICRO_SRC = r"""
-#include <cstdio>
-#include <cuda_runtime.h>
-__device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(b));
-}
-// CHAINS independent accumulators per warp; the B operands either fixed in
-// registers (AHEAD 0) or read by ldmatrix.x4 from shared memory, AHEAD loads
-// in flight, 4 MMAs per load: the kernel's inner loops at its occupancy.
-template <int CHAINS, int AHEAD>
-__global__ void __launch_bounds__(256) mma_loop(float* out, int iters) {
-  __shared__ __align__(16) unsigned short tile[8 * 512];
-  for (int i = threadIdx.x; i < 8 * 512; i += 256) tile[i] = 0x3C00u ^ (i & 0x3Fu);
-  __syncthreads();
-  const unsigned a0 = 0x3C003C00u ^ (threadIdx.x & 0xFFu), a1 = 0x3C013BFFu ^ (threadIdx.x & 0x7Fu);
-  const unsigned base =
-      static_cast<unsigned>(__cvta_generic_to_shared(tile)) + (threadIdx.x & 31) * 16;
-  float d[CHAINS][4] = {};
-  unsigned b[AHEAD + 1][4];
-#pragma unroll
-  for (int s = 0; s <= AHEAD; ++s)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) b[s][c] = 0x3BF03C10u ^ (threadIdx.x & 0x3Fu) ^ c;
-  for (int i = 0; i < iters; ++i) {
-#pragma unroll
-    for (int s = 0; s <= AHEAD; ++s) {
-      if (AHEAD > 0) {
-        unsigned* r = b[(s + AHEAD) % (AHEAD + 1)];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(base + ((i * (AHEAD + 1) + s) & 7) * 1024));
-      }
-#pragma unroll
-      for (int k = 0; k < CHAINS; k += 4)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) mma(d[(k + c) % CHAINS], a0, a1, b[s][c]);
-    }
-  }
-  float t = 0.f;
-  for (int j = 0; j < CHAINS; ++j) t += d[j][0] + d[j][1] + d[j][2] + d[j][3];
-  out[blockIdx.x * blockDim.x + threadIdx.x] = t;
-}
-template <int CHAINS, int AHEAD>
-void run(int sms, int per_sm, float* out) {
-  const int blocks = sms * per_sm, iters = 8192 / (CHAINS * (AHEAD + 1));
-  mma_loop<CHAINS, AHEAD><<<blocks, 256>>>(out, 16);
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  float best = 1e30f;
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0);
-    mma_loop<CHAINS, AHEAD><<<blocks, 256>>>(out, iters);
-    cudaEventRecord(e1); cudaEventSynchronize(e1);
-    float ms; cudaEventElapsedTime(&ms, e0, e1); if (ms < best) best = ms;
-  }
-  const double mmas = double(iters) * (AHEAD + 1) * CHAINS * blocks * 8.0;
-  int resident = 0;  // CTAs per SM that registers and shared memory allow
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, mma_loop<CHAINS, AHEAD>, 256, 0);
-  printf("%d %d %d %.3f\n", (per_sm < resident ? per_sm : resident) * 8, CHAINS, AHEAD,
-         2.0 * 16 * 8 * 8 * mmas / (best * 1e-3) / 1e12);
-}
-int main() {
-  int sms = 0; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* out;
-  cudaError_t err = cudaMalloc(&out, sms * 8 * 256 * sizeof(float));
-  if (err != cudaSuccess) { printf("error %s\n", cudaGetErrorString(err)); return 1; }
-  for (int per_sm : {1, 2, 8}) {  // 8, 16 and 64 warps per SM
-    run<4, 0>(sms, per_sm, out); run<8, 0>(sms, per_sm, out); run<16, 0>(sms, per_sm, out);
-    run<4, 1>(sms, per_sm, out); run<16, 1>(sms, per_sm, out);
-    run<4, 2>(sms, per_sm, out); run<16, 2>(sms, per_sm, out);
-  }
-  err = cudaGetLastError();
-  if (err != cudaSuccess) { printf("error %s\n", cudaGetErrorString(err)); return 1; }
-  return 0;
-}
-"""
-
-
-def mma_microbench(workdir: Path, nvcc: str = "nvcc") -> list[dict]:
-    """m16n8k8 throughput by warps per SM, accumulators per warp and
-    ldmatrix loads in flight (0: B in registers), as compute_75 PTX (JIT)."""
-    src, exe = workdir / "mma_micro.cu", workdir / "mma_micro"
-    src.write_text(MICRO_SRC)
-    subprocess.run(
-        [nvcc, "-O3", "-gencode=arch=compute_75,code=compute_75", str(src), "-o", str(exe)],
-        check=True,
-    )
-    proc = subprocess.run([str(exe)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        # A diagnostic, not the sweep: say so and go on without it.
-        print(f"warning: the mma microbenchmark failed: {proc.stdout}{proc.stderr}", flush=True)
-        return []
-    rows = []
-    for line in proc.stdout.splitlines():
-        warps, chains, ahead, tflops = line.split()
-        rows.append(
-            {
-                "warps_per_sm": int(warps),
-                "chains_per_warp": int(chains),
-                "ldmatrix_in_flight": int(ahead),
-                "tflops": float(tflops),
-            }
-        )
-    return rows
-
-
-def params_for(torch, inp: dict, out, lse, scratch) -> Params:
-    """The launcher's params, filled as the op's C++ fills them."""
-    q, k = inp["query"], inp["key_cache"]
-    p = Params()
-    p.query, p.query_stride_token, p.query_stride_head = q.data_ptr(), q.stride(0), q.stride(1)
-    p.key_cache, p.value_cache = k.data_ptr(), inp["value_cache"].data_ptr()
-    p.cache_stride_block, p.cache_stride_slot, p.cache_stride_head = (
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-    )
-    p.block_table, p.block_table_stride = (
-        inp["block_table"].data_ptr(),
-        inp["block_table"].stride(0),
-    )
-    p.cu_seqlens_q, p.seq_lens = inp["cu_seqlens_q"].data_ptr(), inp["seq_lens"].data_ptr()
-    p.out, p.out_stride_token, p.out_stride_head = out.data_ptr(), out.stride(0), out.stride(1)
-    p.lse = lse.data_ptr() if lse is not None else None
-    rows, hd = q.shape[0] * q.shape[1], q.shape[2]
-    p.part_out = scratch.data_ptr()
-    p.part_lse = scratch.data_ptr() + 4 * 4 * rows * hd  # after 4 splits' outputs
-    p.num_seqs, p.num_tokens = inp["seq_lens"].numel(), q.shape[0]
-    p.num_heads, p.num_kv_heads, p.head_dim = q.shape[1], k.shape[2], hd
-    p.page_size, p.softmax_scale = k.shape[1], inp["scale"]
-    return p
-
-
-def scratch_for(torch, query):
-    rows, hd = query.shape[0] * query.shape[1], query.shape[2]
-    return torch.empty(4 * rows * (hd + 1), dtype=torch.float32, device="cuda")
-
-
-def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int):
-    def fn():
-        err = lib.sm75v_launch(
-            index, ctypes.byref(p), splits, torch.cuda.current_stream().cuda_stream
-        )
-        if err:
-            raise RuntimeError(f"variant {index}: CUDA error {err}")
-
-    return fn
 
 
 def ragged_inputs(
@@ -573,6 +292,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
 
 def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
     import torch
+    from mma_microbench import mma_microbench
     from prefill_attention import mma_ceiling
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,6 +20,7 @@ from serieskit import results
 sys.path.insert(0, str(ROOT / "bench"))
 import prefill_attention_static as st  # noqa: E402
 import prefill_attention_variants as pv  # noqa: E402
+import sm75_prefill_lib as lib75  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
@@ -42,14 +43,14 @@ def kernel_tree(tmp_path_factory):
 def built(kernel_tree, tmp_path_factory):
     """The library for sm_75 (machine code: ptxas reports every shape)."""
     out = tmp_path_factory.mktemp("lib")
-    path, usage = pv.build_library(kernel_tree, out, ["-gencode=arch=compute_75,code=sm_75"])
-    return pv.load(path), usage
+    path, usage = lib75.build_library(kernel_tree, out, ["-gencode=arch=compute_75,code=sm_75"])
+    return lib75.load(path), usage
 
 
 @needs_nvcc
 def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
     lib, usage = built
-    shapes = pv.variants(lib)
+    shapes = lib75.variants(lib)
     names = [v["name"] for v in shapes]
     assert len(set(names)) == len(names), names
     by_traits = {
@@ -62,7 +63,7 @@ def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
         assert group and group[0]["shipped"], f"head dim {hd}: the shipped shape is not first"
         assert sum(v["shipped"] for v in group) == 1
     for v in shapes:
-        u = by_traits[tuple(v[k] for k in pv.TRAITS_KEYS)]
+        u = by_traits[tuple(v[k] for k in lib75.TRAITS_KEYS)]
         smem = 4 * v["keys_per_tile"] * v["head_dim"] * 2
         # Every shape fits a Turing SM at least once, or timing it says nothing.
         assert st.turing_ctas_per_sm(u.registers, 32 * v["warps"], smem) >= 1, v["name"]
@@ -73,19 +74,19 @@ def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
 @needs_nvcc
 def test_params_mirror_is_the_struct_and_a_change_is_refused(built):
     lib, _ = built
-    pv.check_layout(lib)  # the real struct: passes
+    lib75.check_layout(lib)  # the real struct: passes
 
     class Shifted:
         def sm75v_params_layout(self, buf, n):
-            layout = [ctypes.sizeof(pv.Params) + 8] + [
-                getattr(pv.Params, f).offset for f, _ in pv.PARAMS_FIELDS
+            layout = [ctypes.sizeof(lib75.Params) + 8] + [
+                getattr(lib75.Params, f).offset for f, _ in lib75.PARAMS_FIELDS
             ]
             for i, x in enumerate(layout):
                 buf[i] = x
             return len(layout)
 
     with pytest.raises(SystemExit, match="PagedPrefillAttentionParams changed"):
-        pv.check_layout(Shifted())
+        lib75.check_layout(Shifted())
 
 
 @needs_nvcc
@@ -93,8 +94,8 @@ def test_profile_defaults_are_shapes_of_the_library(built):
     lib, _ = built
     text = (ROOT / "gpu" / "profile_attention.sh").read_text()
     defaults = re.search(r"shapes=\(([^)$]*)\)", text).group(1).split()
-    names = {v["name"] for v in pv.variants(lib)}
-    shipped = {v["name"] for v in pv.variants(lib) if v["shipped"]}
+    names = {v["name"] for v in lib75.variants(lib)}
+    shipped = {v["name"] for v in lib75.variants(lib) if v["shipped"]}
     assert set(defaults) == shipped <= names
 
 

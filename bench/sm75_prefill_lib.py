@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The shapes of the Turing prefill kernel template as one library:
+``bench/prefill_attention_variants.cu`` built with nvcc against a kernel
+tree and loaded by ctypes (no torch extension, no vLLM), its params struct
+mirrored and checked against the library's own offsets, and a launcher per
+shape on torch's current stream. Used by the sweep
+(bench/prefill_attention_variants.py) and the profiler's target
+(bench/prefill_attention_profile.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from serieskit.build import build, recipe  # noqa: E402
+
+SOURCE = ROOT / "bench" / "prefill_attention_variants.cu"
+KERNEL_FILES = ("paged_prefill_attention_sm75.cu", "paged_prefill_attention_sm75.h")
+PTX = "-gencode=arch=compute_75,code=compute_75"  # the H200 runs it through the driver's JIT
+# PagedPrefillAttentionParams (csrc/sm7x/paged_prefill_attention_sm75.h), in
+# declaration order; checked against the library's offsets when it loads.
+PARAMS_FIELDS = [
+    ("query", ctypes.c_void_p),
+    ("query_stride_token", ctypes.c_int64),
+    ("query_stride_head", ctypes.c_int64),
+    ("key_cache", ctypes.c_void_p),
+    ("value_cache", ctypes.c_void_p),
+    ("cache_stride_block", ctypes.c_int32),
+    ("cache_stride_slot", ctypes.c_int32),
+    ("cache_stride_head", ctypes.c_int32),
+    ("block_table", ctypes.c_void_p),
+    ("block_table_stride", ctypes.c_int64),
+    ("cu_seqlens_q", ctypes.c_void_p),
+    ("seq_lens", ctypes.c_void_p),
+    ("out", ctypes.c_void_p),
+    ("out_stride_token", ctypes.c_int64),
+    ("out_stride_head", ctypes.c_int64),
+    ("lse", ctypes.c_void_p),
+    ("num_splits", ctypes.c_int32),
+    ("part_out", ctypes.c_void_p),
+    ("part_lse", ctypes.c_void_p),
+    ("num_seqs", ctypes.c_int32),
+    ("num_tokens", ctypes.c_int32),
+    ("num_heads", ctypes.c_int32),
+    ("num_kv_heads", ctypes.c_int32),
+    ("head_dim", ctypes.c_int32),
+    ("page_size", ctypes.c_int32),
+    ("page_shift", ctypes.c_int32),
+    ("softmax_scale", ctypes.c_float),
+    ("scale_log2", ctypes.c_float),
+    ("group", ctypes.c_int32),
+]
+
+
+# A shape's keys in the order of PrefillTraits' template arguments.
+TRAITS_KEYS = (
+    "head_dim",
+    "warps",
+    "row_tiles_per_warp",
+    "keys_per_tile",
+    "min_ctas_per_sm",
+    "shared_lookups",
+    "xor_addressing",
+)
+
+
+class Params(ctypes.Structure):
+    _fields_ = PARAMS_FIELDS  # type: ignore[assignment]  # a list of the same pairs
+
+
+# --- the library ------------------------------------------------------------------
+
+
+def nvcc_command(tree: Path, out: Path, gencode: list[str]) -> list[str]:
+    return [
+        os.environ.get("NVCC", "nvcc"),
+        "-shared",
+        "-o",
+        str(out),
+        str(SOURCE),
+        f"-I{tree / 'csrc' / 'sm7x'}",
+        *recipe.native().nvcc_flags,
+        # Its own runtime: ctypes loads it beside torch's, on the same
+        # primary context, so torch's pointers and streams are valid here.
+        "-cudart",
+        "static",
+        *gencode,
+    ]
+
+
+def build_library(tree: Path, workdir: Path, gencode: list[str]) -> tuple[Path, list[build.Usage]]:
+    """The sweep's library and ptxas's usage of its functions."""
+    if not (tree / "csrc" / "sm7x" / "paged_prefill_attention_sm75.cu").is_file():
+        sys.exit(f"error: {tree} holds no csrc/sm7x kernel: apply the series first (nox -s apply)")
+    lib = workdir / "libsm75_prefill_variants.so"
+    proc = subprocess.run(nvcc_command(tree, lib, gencode), capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        sys.exit(f"error: nvcc failed on {SOURCE.name} (last 40 lines):\n{tail}")
+    return lib, build.parse_ptxas(proc.stdout + proc.stderr)
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """The library, its signatures set and its params layout checked."""
+    lib = ctypes.CDLL(str(path))
+    lib.sm75v_traits.restype = ctypes.c_char_p
+    lib.sm75v_launch.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(Params),
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
+    lib.sm75v_auto_splits.argtypes = [ctypes.c_int, ctypes.POINTER(Params)]
+    check_layout(lib)
+    return lib
+
+
+def check_layout(lib) -> None:
+    """Exit with a clear error where the C++ struct and its mirror differ."""
+    buf = (ctypes.c_int64 * 64)()
+    n = lib.sm75v_params_layout(buf, 64)
+    theirs = list(buf)[:n]
+    ours = [ctypes.sizeof(Params)] + [getattr(Params, f).offset for f, _ in PARAMS_FIELDS]
+    if theirs != ours:
+        sys.exit(
+            "error: PagedPrefillAttentionParams changed: the library's size and offsets "
+            f"{theirs} differ from this script's mirror {ours} (update PARAMS_FIELDS)"
+        )
+
+
+def variants(lib: ctypes.CDLL) -> list[dict]:
+    """Each shape the library holds: its traits and place in the list."""
+    out = []
+    for i in range(lib.sm75v_count()):
+        s = (ctypes.c_int * 8)()
+        lib.sm75v_shape(i, s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped = list(s)
+        out.append(
+            {
+                "index": i,
+                # The flags only where they are off: hd128.w4m2k16c2, hd256.w8m1k32c1.l0.x0.
+                "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
+                + ("" if lookups else ".l0")
+                + ("" if xor else ".x0"),
+                "traits": lib.sm75v_traits(i).decode(),
+                "head_dim": hd,
+                "warps": warps,
+                "row_tiles_per_warp": mtiles,
+                "keys_per_tile": keys,
+                "min_ctas_per_sm": ctas,
+                "shared_lookups": lookups,
+                "xor_addressing": xor,
+                "shipped": bool(shipped),
+            }
+        )
+    return out
+
+
+# --- static (no GPU) ---------------------------------------------------------------
+
+
+def params_for(torch, inp: dict, out, lse, scratch) -> Params:
+    """The launcher's params, filled as the op's C++ fills them."""
+    q, k = inp["query"], inp["key_cache"]
+    p = Params()
+    p.query, p.query_stride_token, p.query_stride_head = q.data_ptr(), q.stride(0), q.stride(1)
+    p.key_cache, p.value_cache = k.data_ptr(), inp["value_cache"].data_ptr()
+    p.cache_stride_block, p.cache_stride_slot, p.cache_stride_head = (
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+    )
+    p.block_table, p.block_table_stride = (
+        inp["block_table"].data_ptr(),
+        inp["block_table"].stride(0),
+    )
+    p.cu_seqlens_q, p.seq_lens = inp["cu_seqlens_q"].data_ptr(), inp["seq_lens"].data_ptr()
+    p.out, p.out_stride_token, p.out_stride_head = out.data_ptr(), out.stride(0), out.stride(1)
+    p.lse = lse.data_ptr() if lse is not None else None
+    rows, hd = q.shape[0] * q.shape[1], q.shape[2]
+    p.part_out = scratch.data_ptr()
+    p.part_lse = scratch.data_ptr() + 4 * 4 * rows * hd  # after 4 splits' outputs
+    p.num_seqs, p.num_tokens = inp["seq_lens"].numel(), q.shape[0]
+    p.num_heads, p.num_kv_heads, p.head_dim = q.shape[1], k.shape[2], hd
+    p.page_size, p.softmax_scale = k.shape[1], inp["scale"]
+    return p
+
+
+def scratch_for(torch, query):
+    rows, hd = query.shape[0] * query.shape[1], query.shape[2]
+    return torch.empty(4 * rows * (hd + 1), dtype=torch.float32, device="cuda")
+
+
+def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int):
+    def fn():
+        err = lib.sm75v_launch(
+            index, ctypes.byref(p), splits, torch.cuda.current_stream().cuda_stream
+        )
+        if err:
+            raise RuntimeError(f"variant {index}: CUDA error {err}")
+
+    return fn
