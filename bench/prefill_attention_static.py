@@ -42,9 +42,20 @@ from serieskit.series import series  # noqa: E402
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-# SM, shared lookups, XOR addressing> in the kernel's mangled name.
-TRAITS = re.compile(r"PrefillTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])E")
+# SM, shared lookups, XOR addressing, overlapped softmax> in the kernel's
+# mangled name (the last absent before the template had it: 0).
+TRAITS = re.compile(
+    r"PrefillTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])E(?:Lb([01])E)?"
+)
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+
+
+def traits_of(function: str) -> tuple[int, ...] | None:
+    """The traits in a kernel's mangled name, the overlap flag 0 where absent."""
+    m = TRAITS.search(function)
+    return tuple(int(g or 0) for g in m.groups()) if m else None
+
+
 HEAVY = ("HMMA", "LDG", "STS", "LDSM", "BAR")
 # Turing's limits per SM (TU102 / TU104 / TU106 / TU117).
 TURING_REGS, TURING_SMEM, TURING_WARPS = 65536, 64 * 1024, 32
@@ -178,10 +189,10 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
     funcs = parse_sass(sass)
     rows = []
     for u in report.usage:
-        m = TRAITS.search(u.function)
-        if not m or u.arch != "75":
+        traits = traits_of(u.function)
+        if not traits or u.arch != "75":
             continue
-        hd, warps, mtiles, keys, ctas, shared, xor = (int(g) for g in m.groups())
+        hd, warps, mtiles, keys, ctas, shared, xor, _ = traits
         threads = 32 * warps
         smem = 2 * 2 * keys * hd * 2  # 2 stages x (K + V) x keys x head dim x fp16
         ins = funcs.get(u.function, [])

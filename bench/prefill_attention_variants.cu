@@ -21,24 +21,32 @@ namespace vllm::sm7x {
 namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-// SM, shared lookups, XOR addressing>. The shipped traits come first per head
-// dim; the rest are the alternatives the cycle model and the static evidence
-// name (docs/turing_cycle_model.md).
+// SM, shared lookups, XOR addressing, overlapped softmax>. The shipped traits
+// come first per head dim; the rest are the alternatives the cycle model and
+// the static evidence name (docs/turing_cycle_model.md), and the shapes
+// whose registers leave room for the overlapped key loop's second S.
 #define SM75_VARIANTS(X)                           \
   X(Hd64)                                          \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true>)    \
   X(PrefillTraits<64, 8, 1, 32, 2, true, true>)    \
   X(PrefillTraits<64, 8, 1, 64, 2, true, true>)    \
   X(PrefillTraits<64, 2, 4, 16, 4, true, true>)    \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>) \
+  X(PrefillTraits<64, 8, 1, 32, 2, true, true, true>) \
   X(Hd128)                                         \
   X(PrefillTraits<128, 8, 1, 16, 2, true, true>)   \
   X(PrefillTraits<128, 8, 1, 32, 1, true, true>)   \
   X(PrefillTraits<128, 8, 1, 64, 1, true, true>)   \
   X(PrefillTraits<128, 4, 2, 32, 1, true, true>)   \
+  X(PrefillTraits<128, 4, 2, 16, 2, true, true, true>) \
+  X(PrefillTraits<128, 8, 1, 32, 1, true, true, true>) \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true, true>) \
   X(Hd256)                                         \
   X(PrefillTraits<256, 8, 1, 16, 1, false, false>) \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true>)   \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)
+  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)  \
+  X(PrefillTraits<256, 8, 1, 16, 1, false, false, true>) \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, true>)
 
 template <class T>
 struct Variant {
@@ -106,7 +114,7 @@ struct Variant {
 struct Entry {
   const char* traits;
   int head_dim, warps, row_tiles, keys, ctas_per_sm;
-  bool shared_lookups, xor_addressing, shipped;
+  bool shared_lookups, xor_addressing, overlap_softmax, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
   int (*splits)(const PagedPrefillAttentionParams&);
@@ -121,6 +129,7 @@ struct Entry {
         __VA_ARGS__::kMinCtasPerSm,        \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
+        __VA_ARGS__::kOverlapSoftmax,      \
         Variant<__VA_ARGS__>::shipped(),   \
         &Variant<__VA_ARGS__>::attributes, \
         &Variant<__VA_ARGS__>::run,        \
@@ -141,8 +150,8 @@ extern "C" {
 int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
-// launch bound), shared lookups, XOR addressing, shipped (the last three 0 or
-// 1); -1 for an index out of range.
+// launch bound), shared lookups, XOR addressing, overlapped softmax, shipped
+// (the last four 0 or 1); -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -153,7 +162,8 @@ int sm75v_shape(int i, int* out) {
   out[4] = e.ctas_per_sm;
   out[5] = e.shared_lookups ? 1 : 0;
   out[6] = e.xor_addressing ? 1 : 0;
-  out[7] = e.shipped ? 1 : 0;
+  out[7] = e.overlap_softmax ? 1 : 0;
+  out[8] = e.shipped ? 1 : 0;
   return 0;
 }
 

@@ -74,9 +74,7 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
 
     funcs = st.parse_sass(sass)
     by_traits = {
-        tuple(int(g) for g in m.groups()): u
-        for u in usage
-        if u.arch == "75" and (m := st.TRAITS.search(u.function))
+        traits: u for u in usage if u.arch == "75" and (traits := st.traits_of(u.function))
     }
     rows = []
     for v in variants(lib):
@@ -114,7 +112,7 @@ def run_static(tree: Path) -> tuple[list[dict], dict]:
     for r in rows:
         loop = r["key_loop_per_warp_per_tile"] or {}
         print(
-            f"{r['name']:22s}{' (shipped)' if r['shipped'] else '          '} "
+            f"{r['name']:26s}{' (shipped)' if r['shipped'] else '          '} "
             f"{r['registers']} registers, spills {r['spill_stores']}/{r['spill_loads']} B, "
             f"{r['turing_ctas_per_sm']} CTAs x {r['warps']} warps per Turing SM; key loop "
             f"{r['hmma_per_warp_per_tile']} HMMA in {loop.get('common_path')} instructions",

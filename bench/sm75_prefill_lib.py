@@ -68,6 +68,7 @@ TRAITS_KEYS = (
     "min_ctas_per_sm",
     "shared_lookups",
     "xor_addressing",
+    "overlap_softmax",
 )
 
 
@@ -76,6 +77,39 @@ class Params(ctypes.Structure):
 
 
 # --- the library ------------------------------------------------------------------
+
+
+def kernel_tree(dest: Path, rev: str | None = None) -> Path:
+    """The kernel's files as the series leaves them, from patches/ alone (of
+    the toolkit commit ``rev``, or of the work tree): each patch's hunks of
+    the kernel applied in order into ``dest``."""
+    subprocess.run(["git", "init", "-q", str(dest)], check=True)
+    if rev is None:
+        patches = [
+            p.read_bytes() for p in sorted((ROOT / "patches").glob("[0-9]" * 4 + "-*.patch"))
+        ]
+    else:
+        names = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev, "patches/"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        patches = [
+            subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{rev}:{name}"], capture_output=True, check=True
+            ).stdout
+            for name in sorted(names)
+            if Path(name).name[:4].isdigit() and name.endswith(".patch")
+        ]
+    for patch in patches:
+        subprocess.run(
+            ["git", "apply", "--include=csrc/sm7x/paged_prefill_attention_sm75.*", "-"],
+            cwd=dest,
+            input=patch,
+            check=True,
+        )
+    return dest
 
 
 def nvcc_command(tree: Path, out: Path, gencode: list[str]) -> list[str]:
@@ -139,16 +173,18 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 8)()
+        s = (ctypes.c_int * 9)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, overlap, shipped = list(s)
         out.append(
             {
                 "index": i,
-                # The flags only where they are off: hd128.w4m2k16c2, hd256.w8m1k32c1.l0.x0.
+                # The flags only where they differ from the template's defaults:
+                # hd128.w4m2k16c2, hd256.w8m1k32c1.l0.x0, hd128.w8m1k64c1.ov.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
-                + ("" if xor else ".x0"),
+                + ("" if xor else ".x0")
+                + (".ov" if overlap else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -157,6 +193,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "min_ctas_per_sm": ctas,
                 "shared_lookups": lookups,
                 "xor_addressing": xor,
+                "overlap_softmax": overlap,
                 "shipped": bool(shipped),
             }
         )

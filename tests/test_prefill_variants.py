@@ -28,15 +28,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 @pytest.fixture(scope="module")
 def kernel_tree(tmp_path_factory):
     """The kernel's files as the series leaves them, from patches/ alone."""
-    tree = tmp_path_factory.mktemp("kernel")
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    for patch in sorted((ROOT / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch")):
-        subprocess.run(
-            ["git", "apply", "--include=csrc/sm7x/paged_prefill_attention_sm75.*", str(patch)],
-            cwd=tree,
-            check=True,
-        )
-    return tree
+    return lib75.kernel_tree(tmp_path_factory.mktemp("kernel"))
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +46,7 @@ def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
     names = [v["name"] for v in shapes]
     assert len(set(names)) == len(names), names
     by_traits = {
-        tuple(int(g) for g in m.groups()): u
-        for u in usage
-        if u.arch == "75" and (m := st.TRAITS.search(u.function))
+        traits: u for u in usage if u.arch == "75" and (traits := st.traits_of(u.function))
     }
     for hd in (64, 128, 256):
         group = [v for v in shapes if v["head_dim"] == hd]
@@ -150,3 +140,37 @@ def test_sweep_document_validates():
     assert results.validate(doc) == []
     assert doc["figures"]["hd128.w4m2k16c2.ctx32768.fraction_of_ceiling"]["value"] == 0.45
     assert "mma.w8c4l1_tflops" in doc["figures"]
+
+
+def test_machine_code_comparison_names_each_function():
+    import same_machine_code as smc
+
+    base = {"a": [("", "HMMA", "R0")], "b": [("", "FADD", "R1")], "c": [("", "BAR", "")]}
+    head = {"a": [("", "HMMA", "R0")], "b": [("", "FADD", "R2")]}
+    assert smc.compare(base, head) == [
+        ("a", "same"),
+        ("b", "differs (1 of 1 instructions)"),
+        ("c", "gone"),
+    ]
+    # The anonymous namespace's hash (of the file) is not part of the name.
+    name = "_ZN4vllm4sm7x64_GLOBAL__N__4f927aa2_31_paged_prefill_attention_sm75_cu_75ccd24141x"
+    assert smc.ANONYMOUS.sub("", name) == "_ZN4vllm4sm7x41x"
+
+
+def test_the_named_commit_holds_the_kernel_the_attention_runs_recorded(tmp_path):
+    """The manifest's reason for the kernel file (same machine code as at
+    922bf91) rests on that commit's patches holding the recorded blob."""
+    import json
+
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", "922bf91"]).returncode:
+        pytest.skip("a shallow clone without commit 922bf91")
+    tree = lib75.kernel_tree(tmp_path, "922bf91")
+    blob = subprocess.run(
+        ["git", "hash-object", str(tree / "csrc/sm7x/paged_prefill_attention_sm75.cu")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    for name in ("bench_prefill_attention_033_h200", "bench_prefill_crossover_033_h200"):
+        files = json.loads((ROOT / "results" / f"{name}.json").read_text())["series"]["files"]
+        assert files["csrc/sm7x/paged_prefill_attention_sm75.cu"] == blob, name
