@@ -232,7 +232,7 @@ def params_for(torch, inp: dict, out, lse, scratch) -> Params:
 
 def scratch_for(torch, query):
     rows, hd = query.shape[0] * query.shape[1], query.shape[2]
-    return torch.empty(4 * rows * (hd + 1), dtype=torch.float32, device="cuda")
+    return torch.empty(4 * rows * (hd + 1), dtype=torch.float32, device=query.device)
 
 
 def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int):
