@@ -23,30 +23,38 @@ namespace {
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
 // SM, shared lookups, XOR addressing, overlapped softmax>. The shipped traits
 // come first per head dim; the rest are the alternatives the cycle model and
-// the static evidence name (docs/turing_cycle_model.md), and the shapes
-// whose registers leave room for the overlapped key loop's second S.
-#define SM75_VARIANTS(X)                           \
-  X(Hd64)                                          \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)    \
-  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)    \
-  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)    \
-  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)    \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>) \
-  X(PrefillTraits<64, 8, 1, 32, 2, true, true, true>) \
-  X(Hd128)                                         \
-  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)   \
-  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)   \
-  X(PrefillTraits<128, 4, 2, 16, 2, true, true, true>) \
-  X(PrefillTraits<128, 8, 1, 32, 1, true, true, true>) \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true, true>) \
-  X(Hd256)                                         \
-  X(PrefillTraits<256, 8, 1, 16, 1, false, false>) \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)   \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)  \
+// the static evidence name (docs/turing_cycle_model.md), the shapes whose
+// registers leave room for the overlapped key loop's second S, and shapes of
+// 64 rows per CTA (4 warps x 1 row tile), two or four CTAs per SM with
+// barriers of their own where 128 rows would make one.
+#define SM75_VARIANTS(X)                                 \
+  X(Hd64)                                                \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)          \
+  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)          \
+  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)          \
+  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)          \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>)    \
+  X(PrefillTraits<64, 8, 1, 32, 2, true, true, true>)    \
+  X(PrefillTraits<64, 4, 1, 32, 4, true, true>)          \
+  X(Hd128)                                               \
+  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)         \
+  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)         \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)         \
+  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)         \
+  X(PrefillTraits<128, 4, 2, 16, 2, true, true, true>)   \
+  X(PrefillTraits<128, 8, 1, 32, 1, true, true, true>)   \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true, true>)   \
+  X(PrefillTraits<128, 4, 1, 32, 2, true, true>)         \
+  X(PrefillTraits<128, 4, 1, 32, 2, true, true, true>)   \
+  X(Hd256)                                               \
+  X(PrefillTraits<256, 8, 1, 16, 1, false, false>)       \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)         \
+  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)        \
   X(PrefillTraits<256, 8, 1, 16, 1, false, false, true>) \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, true>)
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, true>)   \
+  X(PrefillTraits<256, 4, 1, 16, 2, false, false>)       \
+  X(PrefillTraits<256, 4, 1, 16, 2, true, true>)         \
+  X(PrefillTraits<256, 4, 1, 16, 2, true, true, true>)
 
 template <class T>
 struct Variant {
@@ -87,9 +95,7 @@ struct Variant {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (splits == 0) {
       splits = paged_prefill_attention_sm75_splits_for(
-          paged_prefill_attention_sm75_num_ctas(p.num_tokens, p.num_heads,
-                                                p.num_kv_heads),
-          static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
+          ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
     }
     p.num_splits = splits;
     p.page_shift = __builtin_ctz(static_cast<unsigned>(p.page_size));
@@ -105,9 +111,14 @@ struct Variant {
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     return paged_prefill_attention_sm75_splits_for(
-        paged_prefill_attention_sm75_num_ctas(p.num_tokens, p.num_heads,
-                                              p.num_kv_heads),
-        static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
+        ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
+  }
+
+  // paged_prefill_attention_sm75_num_ctas for this shape's rows per CTA.
+  static int64_t ctas(const PagedPrefillAttentionParams& p) {
+    const int64_t group = p.num_heads / p.num_kv_heads;
+    return (static_cast<int64_t>(p.num_tokens) * group + T::kRows - 1) /
+           T::kRows * p.num_kv_heads;
   }
 };
 
