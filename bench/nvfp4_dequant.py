@@ -29,7 +29,6 @@ card; the seed's Turing figures are quoted in the output as the seed's.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -39,6 +38,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from timing import time_events  # noqa: E402
+
 from serieskit import results  # noqa: E402
 
 # N x K per rank (the seed's shapes, Qwen3.8-27B at TP=2).
@@ -62,34 +64,11 @@ SEED_TURING = {
 }
 
 
-def timed(fn, reps: int, warmup: int, flush: torch.Tensor | None) -> dict:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        if flush is not None:
-            flush.zero_()  # evict the inputs from L2
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return {
-        "median_ms": statistics.median(times),
-        "min_ms": min(times),
-        "max_ms": max(times),
-        "reps": reps,
-    }
-
-
 def copy_bandwidth(reps: int) -> dict:
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
-    t = timed(lambda: dst.copy_(src), reps, 5, None)
+    t = time_events(lambda: dst.copy_(src), reps, 5, None)
     t["bytes"] = 2 * n
     t["gbps"] = 2 * n / (t["median_ms"] * 1e-3) / 1e9
     return t
@@ -172,7 +151,7 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
         row: dict = {"shape": shape, "m": m}
         reps = a.reps if m <= 2048 else max(20, a.reps // 2)
         for name, fn in fns.items():
-            row[f"{name}_ms"] = timed(fn, reps, a.warmup, flush)["median_ms"]
+            row[f"{name}_ms"] = time_events(fn, reps, a.warmup, flush)["median_ms"]
         row["marlin_over_dequant_cublas"] = row["marlin_ms"] / row["dequant_cublas_ms"]
         rows.append(row)
         print(
@@ -248,7 +227,9 @@ def main() -> int:
             launch(*args, out=out, groups=default_groups)
             ref = refs[layout] = out.clone()
             for groups in dq.GROUPS_PER_PROGRAM_CHOICES:
-                t = timed(partial(launch, *args, out=out, groups=groups), a.reps, a.warmup, flush)
+                t = time_events(
+                    partial(launch, *args, out=out, groups=groups), a.reps, a.warmup, flush
+                )
                 t["gbps"] = nbytes / (t["median_ms"] * 1e-3) / 1e9
                 t["fraction_of_copy_bandwidth"] = t["gbps"] / copy["gbps"]
                 t["bit_identical_to_default_tile"] = bool(

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from timing import time_graph  # noqa: E402
 
 try:  # the GPU machine's; document() and the figures need none of it
     import torch
@@ -168,35 +170,6 @@ def triton_attn(unified_attention, b: dict, out, max_seqlen_q: int, max_seqlen_k
 def causal_flops(q_len: int, ctx: int, head: int = 256) -> float:
     keys = q_len * ctx + q_len * (q_len + 1) // 2
     return 4.0 * head * HEADS * keys
-
-
-def time_graph(fn, reps: int, warmup: int = 3) -> dict:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        graph.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return {
-        "median_ms": statistics.median(times),
-        "min_ms": min(times),
-        "max_ms": max(times),
-        "reps": reps,
-    }
 
 
 def main() -> int:

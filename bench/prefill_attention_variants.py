@@ -33,7 +33,6 @@ import ctypes
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from sm75_prefill_lib import (  # noqa: E402
     scratch_for,
     variants,
 )
+from timing import time_events, time_graph  # noqa: E402
 
 from serieskit import results  # noqa: E402
 from serieskit.build import build  # noqa: E402
@@ -223,32 +223,14 @@ def check_variants(torch, lib, vs: list[dict]) -> dict[str, dict]:
     return worst
 
 
-def timed(torch, fn, reps: int) -> dict:
-    """bench/prefill_attention.py's CUDA-graph timing; where capturing a
-    launch of this library fails, CUDA events around each launch (slower
-    to issue, the same kernels), and the timing says which."""
-    from prefill_attention import time_graph
-
+def timed(fn, reps: int) -> dict:
+    """The CUDA-graph timing; where capturing a launch of this library
+    fails, CUDA events around each launch (the same kernels, with the launch
+    overhead), and the timing says which."""
     try:
         return {**time_graph(fn, reps), "timing": "graph"}
     except RuntimeError as e:
-        torch.cuda.synchronize()
-        times = []
-        for i in range(reps + 3):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            e1.synchronize()
-            if i >= 3:  # warm-up
-                times.append(e0.elapsed_time(e1))
-        return {
-            "median_ms": statistics.median(times),
-            "min_ms": min(times),
-            "max_ms": max(times),
-            "reps": reps,
-            "timing": f"events (graph capture failed: {e})",
-        }
+        return {**time_events(fn, reps, 3), "timing": f"events (graph capture failed: {e})"}
 
 
 def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: float) -> list[dict]:
@@ -278,7 +260,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
                 out = torch.empty_like(inp["query"])
                 p = params_for(torch, case, out, None, scratch)
                 n = reps if ctx < 100_000 else max(10, reps // 2)
-                t = timed(torch, launcher(torch, lib, v["index"], p, 0), n)
+                t = timed(launcher(torch, lib, v["index"], p, 0), n)
                 torch.cuda.synchronize()
                 row = {
                     "variant": v["name"],
@@ -355,7 +337,7 @@ def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
         "rows": timed,
         "timing": (
             "CUDA graph replay, CUDA events, median of reps after warm-up "
-            "(bench/prefill_attention.py's time_graph; a row's timing says 'events' where "
+            "(bench/timing.py's time_graph; a row's timing says 'events' where "
             "capture failed)"
         ),
     }, {"sm_count": torch.cuda.get_device_properties(0).multi_processor_count}

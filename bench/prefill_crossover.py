@@ -49,6 +49,7 @@ from serieskit import results  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from prefill_attention import triton_attn  # noqa: E402
+from timing import capture_graph  # noqa: E402
 
 try:  # the GPU machine's; the table and figure helpers need none of it
     import torch
@@ -97,22 +98,6 @@ def make_batch(head: int, q_len: int, ctx: int, decodes: int, seed: int = 0) -> 
         scale=1.0 / math.sqrt(head),
         descale=torch.ones((1, KV_HEADS), dtype=torch.float32, device="cuda"),
     )
-
-
-def capture(fn, warmup: int) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    return graph
 
 
 def side_by_side(graphs: dict, reps: int) -> dict:
@@ -179,7 +164,10 @@ def measure(kernels, head: int, q_len: int, ctx: int, decodes: int, reps: int, w
         triton_attn(unified_attention, b, out_u, b["max_query_len"], b["max_seq_len"])
 
     reps = reps if ctx < 100_000 else max(20, reps // 2)
-    graphs = {"turing": capture(turing, warmup), "triton_attn": capture(unified, warmup)}
+    graphs = {
+        "turing": capture_graph(turing, 3, warmup),
+        "triton_attn": capture_graph(unified, 3, warmup),
+    }
     t = side_by_side(graphs, reps)
     torch.cuda.synchronize()
     row = {
