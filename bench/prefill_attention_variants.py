@@ -493,9 +493,13 @@ def main() -> int:
     ap.add_argument(
         "--static", action="store_true", help="with --out: sm_75 compile output only (no GPU)"
     )
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
+    ap.add_argument("--reps", type=int, default=20, help="timed replays per shape and case")
+    ap.add_argument(
+        "--contexts", type=int, nargs="+", default=list(CONTEXTS), help="context lengths timed"
+    )
     a = ap.parse_args()
+    if a.static and not a.out:
+        ap.error("--static writes a results file: give --out")
     if a.prepare:
         return prepare(a.prepare, a.tree)
     if a.build:

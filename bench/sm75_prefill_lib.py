@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The shapes of the Turing prefill kernel template as one library:
 ``bench/prefill_attention_variants.cu`` built with nvcc against a kernel
