@@ -127,14 +127,19 @@ def mma_microbench(workdir: Path, nvcc: str = "nvcc") -> list[dict]:
     return rows
 
 
+def describe(o: dict) -> str:
+    """One row of the microbenchmark, as a line."""
+    return (
+        f"{o['warps_per_sm']:2d} warps/SM, {o['chains_per_warp']:2d} accumulators per warp, "
+        f"{o['ldmatrix_in_flight']} ldmatrix in flight: {o['tflops']:.1f} TFLOP/s"
+    )
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows = mma_microbench(Path(tmp))
     for o in rows:
-        print(
-            f"{o['warps_per_sm']:2d} warps/SM, {o['chains_per_warp']:2d} accumulators per warp, "
-            f"{o['ldmatrix_in_flight']} ldmatrix in flight: {o['tflops']:.1f} TFLOP/s"
-        )
+        print(describe(o))
     return 0 if rows else 1
 
 

@@ -82,36 +82,34 @@ struct Variant {
     return e;
   }
 
-  // What paged_prefill_attention_sm75 does for its own traits, for these:
-  // the fields the launcher derives, and the automatic split from this
-  // shape's occupancy (splits 0) or the split asked for.
-  static cudaError_t run(PagedPrefillAttentionParams p, int splits,
-                         cudaStream_t stream) {
+  // The split count that splits 0 stands for: the launcher's rule over this
+  // shape's CTAs and occupancy.
+  static cudaError_t auto_splits(const PagedPrefillAttentionParams& p,
+                                 int* splits) {
     int info[5];
-    cudaError_t e = attributes(info);
+    const cudaError_t e = attributes(info);
     if (e != cudaSuccess) return e;
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (splits == 0) {
-      splits = paged_prefill_attention_sm75_splits_for(
-          ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
-    }
-    p.num_splits = splits;
+    *splits = paged_prefill_attention_sm75_splits_for(
+        ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
+    return cudaSuccess;
+  }
+
+  // What paged_prefill_attention_sm75 does for its own traits, for these:
+  // the shared-memory opt-in, the fields the launcher derives, and the
+  // automatic split (splits 0) or the split asked for.
+  static cudaError_t run(PagedPrefillAttentionParams p, int splits,
+                         cudaStream_t stream) {
+    int auto_count = 1;
+    const cudaError_t e = auto_splits(p, &auto_count);
+    if (e != cudaSuccess) return e;
+    p.num_splits = splits == 0 ? auto_count : splits;
     p.page_shift = __builtin_ctz(static_cast<unsigned>(p.page_size));
     p.scale_log2 = p.softmax_scale * kLog2e;
     p.group = p.num_heads / p.num_kv_heads;
     return launch<T>(p, stream);
-  }
-
-  static int splits(const PagedPrefillAttentionParams& p) {
-    int info[5];
-    if (attributes(info) != cudaSuccess) return -1;
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return paged_prefill_attention_sm75_splits_for(
-        ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
   }
 
   // paged_prefill_attention_sm75_num_ctas for this shape's rows per CTA.
@@ -124,11 +122,11 @@ struct Variant {
 
 struct Entry {
   const char* traits;
-  int head_dim, warps, row_tiles, keys, ctas_per_sm;
+  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes;
   bool shared_lookups, xor_addressing, overlap_softmax, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
-  int (*splits)(const PagedPrefillAttentionParams&);
+  cudaError_t (*auto_splits)(const PagedPrefillAttentionParams&, int*);
 };
 
 #define SM75_ENTRY(...)                    \
@@ -138,13 +136,14 @@ struct Entry {
         __VA_ARGS__::kMTiles,              \
         __VA_ARGS__::kKeys,                \
         __VA_ARGS__::kMinCtasPerSm,        \
+        __VA_ARGS__::kSmemBytes,           \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
         __VA_ARGS__::kOverlapSoftmax,      \
         Variant<__VA_ARGS__>::shipped(),   \
         &Variant<__VA_ARGS__>::attributes, \
         &Variant<__VA_ARGS__>::run,        \
-        &Variant<__VA_ARGS__>::splits},
+        &Variant<__VA_ARGS__>::auto_splits},
 
 const Entry kEntries[] = {SM75_VARIANTS(SM75_ENTRY)};
 constexpr int kCount = sizeof(kEntries) / sizeof(kEntries[0]);
@@ -162,7 +161,8 @@ int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, overlapped softmax, shipped
-// (the last four 0 or 1); -1 for an index out of range.
+// (those four 0 or 1), dynamic shared bytes per CTA; -1 for an index out of
+// range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -175,6 +175,7 @@ int sm75v_shape(int i, int* out) {
   out[6] = e.xor_addressing ? 1 : 0;
   out[7] = e.overlap_softmax ? 1 : 0;
   out[8] = e.shipped ? 1 : 0;
+  out[9] = e.smem_bytes;
   return 0;
 }
 
@@ -191,10 +192,16 @@ int sm75v_attributes(int i, int* out) {
   return e;
 }
 
-// The split count that splits=0 picks for these params on the current device.
+// The split count that splits 0 picks for these params on the current device
+// (-1 where the device cannot run the shape).
 int sm75v_auto_splits(int i, const PagedPrefillAttentionParams* p) {
-  if (i < 0 || i >= kCount) return -1;
-  return kEntries[i].splits(*p);
+  int splits = -1;
+  if (i < 0 || i >= kCount ||
+      kEntries[i].auto_splits(*p, &splits) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return splits;
 }
 
 // Launches variant i on `stream` (splits 0: automatic). Returns a cudaError_t.

@@ -80,15 +80,15 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
     rows = []
     for v in variants(lib):
         u = by_traits[tuple(v[k] for k in TRAITS_KEYS)]
-        smem = 2 * 2 * v["keys_per_tile"] * v["head_dim"] * 2  # 2 stages x (K + V)
         rows.append(
             {
                 **v,
                 "registers": u.registers,
                 "spill_stores": u.spill_stores,
                 "spill_loads": u.spill_loads,
-                "dynamic_shared_bytes": smem,
-                "turing_ctas_per_sm": st.turing_ctas_per_sm(u.registers, 32 * v["warps"], smem),
+                "turing_ctas_per_sm": st.turing_ctas_per_sm(
+                    u.registers, 32 * v["warps"], v["dynamic_shared_bytes"]
+                ),
                 "hmma_per_warp_per_tile": v["head_dim"]
                 * v["keys_per_tile"]
                 * v["row_tiles_per_warp"]
@@ -281,7 +281,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
                         row["max_abs_diff_vs_shipped"] = diff
                 rows.append(row)
                 print(
-                    f"{v['name']:22s} {kv:11s} {QUERY} after {ctx:7d}: {t['median_ms']:8.3f} ms, "
+                    f"{v['name']:26s} {kv:11s} {QUERY} after {ctx:7d}: {t['median_ms']:8.3f} ms, "
                     f"{row['tflops']:6.1f} TF ({100 * row['fraction_of_mma_ceiling']:.1f} %), "
                     f"{row['splits']} splits",
                     flush=True,
@@ -301,7 +301,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
 
 def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
     import torch
-    from mma_microbench import mma_microbench
+    from mma_microbench import describe, mma_microbench
     from prefill_attention import mma_ceiling
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -309,12 +309,7 @@ def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
         micro = mma_microbench(Path(tmp))
         print(f"mma.sync m16n8k8 ceiling: {ceiling['tflops']:.1f} TFLOP/s", flush=True)
         for o in micro:
-            print(
-                f"  {o['warps_per_sm']:2d} warps/SM, "
-                f"{o['chains_per_warp']:2d} accumulators per warp, "
-                f"{o['ldmatrix_in_flight']} ldmatrix in flight: {o['tflops']:.1f} TFLOP/s",
-                flush=True,
-            )
+            print(f"  {describe(o)}", flush=True)
         path, _ = build_library(tree, Path(tmp), [PTX])
         lib = load(path)
         vs = variants(lib)
@@ -327,7 +322,7 @@ def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
         checks = check_variants(torch, lib, vs)
         for v in vs:
             v["check"] = checks[v["name"]]
-            print(f"{v['name']:22s} check {v['check']}", flush=True)
+            print(f"{v['name']:26s} check {v['check']}", flush=True)
         good = [v for v in vs if v["check"]["ok"]]
         timed = time_variants(torch, lib, good, contexts, reps, ceiling["tflops"])
     return {

@@ -172,9 +172,9 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 9)()
+        s = (ctypes.c_int * 10)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, overlap, shipped = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, overlap, shipped, smem = list(s)
         out.append(
             {
                 "index": i,
@@ -194,6 +194,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "xor_addressing": xor,
                 "overlap_softmax": overlap,
                 "shipped": bool(shipped),
+                "dynamic_shared_bytes": smem,
             }
         )
     return out
