@@ -42,8 +42,9 @@ from serieskit.series import series  # noqa: E402
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-# SM, shared lookups, XOR addressing, overlapped softmax> in the kernel's
-# mangled name (the last absent before the template had it: 0).
+# SM, shared lookups, XOR addressing> in the kernel's mangled name. The series
+# at df72e25 had an eighth, the overlapped key loop (false for every head dim
+# it shipped), which the sweep measured slower; its names still parse.
 TRAITS = re.compile(
     r"PrefillTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])E(?:Lb([01])E)?"
 )
@@ -51,9 +52,14 @@ LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(
 
 
 def traits_of(function: str) -> tuple[int, ...] | None:
-    """The traits in a kernel's mangled name, the overlap flag 0 where absent."""
+    """The traits in a kernel's mangled name; an eighth flag (the overlapped
+    loop of df72e25) only where it was on, so that the same shape has the same
+    traits in every revision."""
     m = TRAITS.search(function)
-    return tuple(int(g or 0) for g in m.groups()) if m else None
+    if not m:
+        return None
+    *traits, overlap = m.groups()
+    return tuple(int(g) for g in traits) + ((1,) if overlap == "1" else ())
 
 
 HEAVY = ("HMMA", "LDG", "STS", "LDSM", "BAR")
@@ -192,7 +198,7 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
         traits = traits_of(u.function)
         if not traits or u.arch != "75":
             continue
-        hd, warps, mtiles, keys, ctas, shared, xor, _ = traits
+        hd, warps, mtiles, keys, ctas, shared, xor = traits[:7]
         threads = 32 * warps
         smem = 2 * 2 * keys * hd * 2  # 2 stages x (K + V) x keys x head dim x fp16
         ins = funcs.get(u.function, [])

@@ -21,40 +21,25 @@ namespace vllm::sm7x {
 namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-// SM, shared lookups, XOR addressing, overlapped softmax>. The shipped traits
-// come first per head dim; the rest are the alternatives the cycle model and
-// the static evidence name (docs/turing_cycle_model.md), the shapes whose
-// registers leave room for the overlapped key loop's second S, and shapes of
-// 64 rows per CTA (4 warps x 1 row tile), two or four CTAs per SM with
-// barriers of their own where 128 rows would make one.
-#define SM75_VARIANTS(X)                                 \
-  X(Hd64)                                                \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)          \
-  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)          \
-  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)          \
-  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)          \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>)    \
-  X(PrefillTraits<64, 8, 1, 32, 2, true, true, true>)    \
-  X(PrefillTraits<64, 4, 1, 32, 4, true, true>)          \
-  X(Hd128)                                               \
-  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)         \
-  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)         \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)         \
-  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)         \
-  X(PrefillTraits<128, 4, 2, 16, 2, true, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 32, 1, true, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true, true>)   \
-  X(PrefillTraits<128, 4, 1, 32, 2, true, true>)         \
-  X(PrefillTraits<128, 4, 1, 32, 2, true, true, true>)   \
-  X(Hd256)                                               \
-  X(PrefillTraits<256, 8, 1, 16, 1, false, false>)       \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)         \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)        \
-  X(PrefillTraits<256, 8, 1, 16, 1, false, false, true>) \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, true>)   \
-  X(PrefillTraits<256, 4, 1, 16, 2, false, false>)       \
-  X(PrefillTraits<256, 4, 1, 16, 2, true, true>)         \
-  X(PrefillTraits<256, 4, 1, 16, 2, true, true, true>)
+// SM, shared lookups, XOR addressing>. The shipped traits come first per
+// head dim; the rest are the shapes that fit a Turing SM beside them: other
+// warps x row tiles and key tiles, the register savings off, and the shapes
+// each head dim shipped before.
+#define SM75_VARIANTS(X)                           \
+  X(Hd64)                                          \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)    \
+  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)    \
+  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)    \
+  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)    \
+  X(Hd128)                                         \
+  X(PrefillTraits<128, 4, 2, 16, 2, true, true>)   \
+  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)   \
+  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)   \
+  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)   \
+  X(Hd256)                                         \
+  X(PrefillTraits<256, 8, 1, 32, 1, false, false>) \
+  X(PrefillTraits<256, 8, 1, 16, 1, false, false>) \
+  X(PrefillTraits<256, 8, 1, 32, 1, true, false>)
 
 template <class T>
 struct Variant {
@@ -123,7 +108,7 @@ struct Variant {
 struct Entry {
   const char* traits;
   int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes;
-  bool shared_lookups, xor_addressing, overlap_softmax, shipped;
+  bool shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
   cudaError_t (*auto_splits)(const PagedPrefillAttentionParams&, int*);
@@ -139,7 +124,6 @@ struct Entry {
         __VA_ARGS__::kSmemBytes,           \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
-        __VA_ARGS__::kOverlapSoftmax,      \
         Variant<__VA_ARGS__>::shipped(),   \
         &Variant<__VA_ARGS__>::attributes, \
         &Variant<__VA_ARGS__>::run,        \
@@ -160,9 +144,8 @@ extern "C" {
 int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
-// launch bound), shared lookups, XOR addressing, overlapped softmax, shipped
-// (those four 0 or 1), dynamic shared bytes per CTA; -1 for an index out of
-// range.
+// launch bound), shared lookups, XOR addressing, shipped (those three 0 or
+// 1), dynamic shared bytes per CTA; -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -173,9 +156,8 @@ int sm75v_shape(int i, int* out) {
   out[4] = e.ctas_per_sm;
   out[5] = e.shared_lookups ? 1 : 0;
   out[6] = e.xor_addressing ? 1 : 0;
-  out[7] = e.overlap_softmax ? 1 : 0;
-  out[8] = e.shipped ? 1 : 0;
-  out[9] = e.smem_bytes;
+  out[7] = e.shipped ? 1 : 0;
+  out[8] = e.smem_bytes;
   return 0;
 }
 

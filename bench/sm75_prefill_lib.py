@@ -67,7 +67,6 @@ TRAITS_KEYS = (
     "min_ctas_per_sm",
     "shared_lookups",
     "xor_addressing",
-    "overlap_softmax",
 )
 
 
@@ -172,18 +171,17 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 10)()
+        s = (ctypes.c_int * 9)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, overlap, shipped, smem = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem = list(s)
         out.append(
             {
                 "index": i,
-                # The flags only where they differ from the template's defaults:
-                # hd128.w4m2k16c2, hd256.w8m1k32c1.l0.x0, hd128.w8m1k64c1.ov.
+                # The savings only where they are off: hd128.w8m1k64c1,
+                # hd256.w8m1k32c1.l0.x0.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
-                + ("" if xor else ".x0")
-                + (".ov" if overlap else ""),
+                + ("" if xor else ".x0"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -192,7 +190,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "min_ctas_per_sm": ctas,
                 "shared_lookups": lookups,
                 "xor_addressing": xor,
-                "overlap_softmax": overlap,
                 "shipped": bool(shipped),
                 "dynamic_shared_bytes": smem,
             }

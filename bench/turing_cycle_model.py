@@ -121,20 +121,35 @@ def load_variants(path: Path) -> dict[str, tuple[Kernel, int]]:
     return out
 
 
-def variants_table(shapes: dict[str, tuple[Kernel, int]]) -> list[str]:
+def sweep_fractions(path: Path) -> dict[str, float]:
+    """Each shape's measured fraction of the ceiling at the sweep's longest
+    context (bench/prefill_attention_variants.py's GPU run)."""
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["kv"] == "paged"]
+    longest = max(r["context_len"] for r in rows)
+    return {r["variant"]: r["fraction_of_mma_ceiling"] for r in rows if r["context_len"] == longest}
+
+
+def variants_table(
+    shapes: dict[str, tuple[Kernel, int]], measured: dict[str, float] | None = None
+) -> list[str]:
+    """The model per shape; with ``measured``, the sweep's H200 fraction beside it."""
     lines = [
         "| shape | warps x CTAs per SM, Turing / H200 | HMMA / instr. / smem ops per warp-tile "
-        "| Turing fraction of tensor peak A / S | H200 fraction of the m16n8k8 ceiling A / S |",
-        "|---|---|---|---|---|",
+        "| Turing fraction of tensor peak A / S | H200 fraction of the m16n8k8 ceiling A / S |"
+        + (" H200 measured |" if measured is not None else ""),
+        "|---|---|---|---|---|" + ("---|" if measured is not None else ""),
     ]
     for name, (k, h200_ctas) in shapes.items():
         t, h = round_cycles(k, TURING), round_cycles(k, H200, h200_ctas)
-        lines.append(
+        line = (
             f"| {name} | {k.warps} x {k.ctas_per_sm} / {k.warps} x {h200_ctas} | {k.hmma} / "
             f"{k.instructions} / {k.smem_ops} | {t['tensor'] / t['A']:.0%} / "
             f"{t['tensor'] / t['S']:.0%} | {h['tensor'] / h['A']:.0%} / "
             f"{h['tensor'] / h['S']:.0%} |"
         )
+        if measured is not None:
+            line += f" {measured[name]:.1%} |" if name in measured else " - |"
+        lines.append(line)
     return lines
 
 
@@ -326,10 +341,16 @@ def main() -> None:
     ap.add_argument(
         "--variants", type=Path, help="a --static file of bench/prefill_attention_variants.py"
     )
+    ap.add_argument(
+        "--sweep", type=Path, help="with --variants: that script's GPU run, measured beside"
+    )
     a = ap.parse_args()
+    if a.sweep and not a.variants:
+        ap.error("--sweep goes with --variants")
     if a.variants:
         print("MODEL, not a measurement: inputs", a.variants)
-        print("\n".join(variants_table(load_variants(a.variants))))
+        measured = sweep_fractions(a.sweep) if a.sweep else None
+        print("\n".join(variants_table(load_variants(a.variants), measured)))
         return
     kernels = load_kernels(a.static)
     print("MODEL, not a measurement: inputs", a.static.relative_to(ROOT))

@@ -564,3 +564,18 @@ def test_figures_and_claims_follow_one_rule(blobs_root):
         "stale: results/claim.json ran on a series where csrc/op.cu changed since the run "
         f"(recorded {OLD_CU[:12]}, head {NEW_CU[:12]})"
     ]
+
+
+def test_the_sweep_and_the_op_benchmark_each_have_their_block():
+    """Both files measure the mma.sync ceiling: the attention table takes the
+    op's benchmark, the shapes table the sweep, fastest shape first."""
+    ev = evidence.Evidence(REPO)
+    attention = benchmarks.attention(ev)
+    assert "bench_prefill_attention_033_h200.json" in attention
+    assert "bench_prefill_variants" not in attention
+    shapes = benchmarks.variants(ev)
+    assert "bench_prefill_variants_033_h200.json" in shapes
+    rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
+    fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
+    assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
+    assert sum("(shipped then)" in r for r in rows) == 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -158,20 +157,15 @@ def test_machine_code_comparison_names_each_function():
     assert smc.ANONYMOUS.sub("", name) == "_ZN4vllm4sm7x41x"
 
 
-def test_the_named_commit_holds_the_kernel_the_attention_runs_recorded(tmp_path):
-    """The manifest's reason for the kernel file (same machine code as at
-    922bf91) rests on that commit's patches holding the recorded blob."""
-    import json
+def test_the_cycle_model_puts_the_sweep_beside_each_shape():
+    """bench/turing_cycle_model.py --variants --sweep: the measured column is
+    the sweep's fraction at its longest context, '-' for a shape it lacks."""
+    import turing_cycle_model as tcm
 
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", "922bf91"]).returncode:
-        pytest.skip("a shallow clone without commit 922bf91")
-    tree = lib75.kernel_tree(tmp_path, "922bf91")
-    blob = subprocess.run(
-        ["git", "hash-object", str(tree / "csrc/sm7x/paged_prefill_attention_sm75.cu")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    for name in ("bench_prefill_attention_033_h200", "bench_prefill_crossover_033_h200"):
-        files = json.loads((ROOT / "results" / f"{name}.json").read_text())["series"]["files"]
-        assert files["csrc/sm7x/paged_prefill_attention_sm75.cu"] == blob, name
+    measured = tcm.sweep_fractions(ROOT / "results" / "bench_prefill_variants_033_h200.json")
+    shapes = tcm.load_variants(ROOT / "results" / "sm75_static_prefill_variants.json")
+    lines = tcm.variants_table(shapes, measured)
+    assert lines[0].endswith("H200 measured |") and len(lines) == len(shapes) + 2
+    row = next(line for line in lines if line.startswith("| hd128.w8m1k64c1 |"))
+    assert row.endswith(f" {measured['hd128.w8m1k64c1']:.1%} |")
+    assert tcm.variants_table(shapes, {})[2].endswith(" - |")

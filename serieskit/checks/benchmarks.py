@@ -25,6 +25,7 @@ COVERS: dict[str, list[str]] = {
     "nvfp4": NVFP4,
     "static_kernels": HOST_REDUCE + TURING,
     "static_head_dims": TURING,
+    "variants": TURING,
     "static_nvfp4": NVFP4,
     "e2e": ["dbo-ubatch-abort", "tp-prefill-overlap", *HOST_REDUCE],
 }
@@ -89,7 +90,8 @@ _ATTN = re.compile(r"^(?:hd(\d+)\.)?q(\d+)_ctx(\d+)\.(\w+)$")
 def attention(ev: Evidence) -> str:
     """The Turing prefill attention against TRITON_ATTN per shape, and the fraction
     of the mma.sync ceiling."""
-    run = _newest_matching(ev, r"^mma_m16n8k8_ceiling_tflops$")
+    # The op's benchmark: the shapes sweep measures the same ceiling.
+    run = _newest_matching(ev, r"^(?:hd\d+\.)?q\d+_ctx\d+\.auto_split_ms$")
     if run is None:
         return missing("the Turing attention benchmark")
     default_hd = (run.doc.get("shape") or {}).get("head_dim")
@@ -134,6 +136,54 @@ def attention(ev: Evidence) -> str:
 
 
 _CROSSOVER = re.compile(r"^(?:hd(\d+)\.)?ctx(\d+)_decodes(\d+)\.crossover_query_len$")
+
+
+def variants(ev: Evidence) -> str:
+    """The shapes sweep: per head dim, each shape's time and fraction of the
+    ceiling at the longest context, beside the shape shipped when it ran."""
+    run = _newest_matching(ev, r"^hd\d+\.w\d+m\d+k\d+c\d+.*\.fraction_of_ceiling$")
+    if run is None:
+        return missing("the shapes sweep of the Turing attention")
+    rows_in = [r for r in run.doc.get("rows", []) if r.get("kv") == "paged"]
+    if not rows_in:
+        return missing("a timed shape of the sweep")
+    longest = max(r["context_len"] for r in rows_in)
+    shapes = {v["name"]: v for v in run.doc.get("variants", [])}
+    rows = []
+    for r in sorted(
+        (r for r in rows_in if r["context_len"] == longest),
+        key=lambda r: (r["head_dim"], -r["fraction_of_mma_ceiling"]),
+    ):
+        v = shapes.get(r["variant"], {})
+        rows.append(
+            [
+                str(r["head_dim"]),
+                f"`{r['variant']}`" + (" (shipped then)" if v.get("shipped") else ""),
+                str(v.get("registers", "-")),
+                fmt(r["median_ms"], "ms"),
+                fmt(r["fraction_of_mma_ceiling"], "fraction"),
+                f"{r['speedup_vs_shipped']:.2f}x",
+            ]
+        )
+    ceiling = fmt(run.value("mma_m16n8k8_ceiling_tflops"), "TFLOP/s")
+    return "\n".join(
+        table(
+            [
+                "head dim",
+                "shape",
+                "registers (sm_90 from the PTX)",
+                f"{run.doc['rows'][0]['query_len']:,} after {longest:,}",
+                "of the ceiling",
+                "against the shape shipped then",
+            ],
+            rows,
+        )
+        + [
+            "",
+            f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}"
+            + _end(ev, run, "variants"),
+        ]
+    )
 
 
 def crossover(ev: Evidence) -> str:

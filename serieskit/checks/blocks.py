@@ -391,6 +391,7 @@ BLOCKS: dict[str, Callable[[Evidence], str]] = {
     "gpu-tests": gpu_tests,
     "host-reduce": benchmarks.host_reduce,
     "attention": benchmarks.attention,
+    "variants": benchmarks.variants,
     "crossover": benchmarks.crossover,
     "nvfp4": benchmarks.nvfp4,
     "static-kernels": benchmarks.static_kernels,
