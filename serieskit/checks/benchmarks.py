@@ -172,7 +172,7 @@ def variants(ev: Evidence) -> str:
                 "head dim",
                 "shape",
                 "registers (sm_90 from the PTX)",
-                f"{run.doc['rows'][0]['query_len']:,} after {longest:,}",
+                f"{rows_in[0]['query_len']:,} after {longest:,}",
                 "of the ceiling",
                 "against the shape shipped then",
             ],
