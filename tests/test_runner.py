@@ -60,6 +60,10 @@ def test_each_file_in_its_own_process_with_a_summary(tmp_path):
     assert "tests/test_ok.py: 1 passed, 0 failed, 1 skipped" in text
     assert "skipped 1: needs two GPUs" in text
     assert "FAILED tests.test_wrong::test_wrong" in text
+    # What failed, in the summary itself (CI shows only its tail), and where
+    # pytest's whole output is.
+    assert "FAILED tests.test_wrong::test_wrong: assert 0.9999999999999999 == 1.0" in text
+    assert f"pytest's output: {tmp_path / 'out' / 'tests__test_wrong.py.log'}" in text
     assert text.rstrip().endswith("1 passed, 2 failed, 1 skipped")
     assert (tmp_path / "out" / "tests__test_ok.py.xml").exists()
 
@@ -86,6 +90,7 @@ def test_results_json_names_the_machine_and_the_commit(tmp_path):
     assert data["series"]["commit"] == "abc123" and data["date"]
     assert "driver" in data["machine"] and "torch" in data["machine"]
     assert data["files"][0]["file"] == "tests/test_ok.py"
+    assert "log" not in data["files"][0]  # a path of this machine's
     assert data["test_files"]["tests/test_ok.py"]["passed"] == 1
 
 

@@ -41,6 +41,10 @@ class Outcome:
     returncode: int = 0
     skip_reasons: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # Each failure's first line as pytest reported it, so that a log that
+    # shows only the summary (CI's) still says what went wrong.
+    why: dict[str, str] = field(default_factory=dict)
+    log: str | None = None  # pytest's output, kept beside the junit XML
 
     @property
     def ok(self) -> bool:
@@ -68,15 +72,22 @@ def parse_junit(path: Path, name: str) -> Outcome:
             out.skipped += 1
             reason = (node.get("message") or "").removeprefix("Skipped: ").strip()
             out.skip_reasons[reason] = out.skip_reasons.get(reason, 0) + 1
-        elif case.find("failure") is not None:
+        elif (node := case.find("failure")) is not None:
             out.failed += 1
             out.failures.append(test)
-        elif case.find("error") is not None:
+            out.why[test] = first_line(node.get("message") or node.text or "")
+        elif (node := case.find("error")) is not None:
             out.errors += 1
             out.failures.append(test)
+            out.why[test] = first_line(node.get("message") or node.text or "")
         else:
             out.passed += 1
     return out
+
+
+def first_line(text: str, limit: int = 240) -> str:
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def run_file(
@@ -128,8 +139,10 @@ def run_file(
         code, log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
         code, log = 124, (e.stdout or "") if isinstance(e.stdout, str) else ""
-    (out_dir / (test.replace("/", "__") + ".log")).write_text(log)
+    log_path = out_dir / (test.replace("/", "__") + ".log")
+    log_path.write_text(log)
     outcome = parse_junit(xml, test)
+    outcome.log = str(log_path)
     outcome.seconds = time.monotonic() - start
     outcome.returncode = code
     if code not in (0, 1, 5) and not outcome.failures:
@@ -237,7 +250,10 @@ def summary(outcomes: list[Outcome]) -> str:
         for reason, n in sorted(o.skip_reasons.items()):
             lines.append(f"      skipped {n}: {reason}")
         for name in o.failures:
-            lines.append(f"      FAILED {name}")
+            why = o.why.get(name)
+            lines.append(f"      FAILED {name}" + (f": {why}" if why else ""))
+        if o.failures and o.log is not None:
+            lines.append(f"      pytest's output: {o.log}")
     tot = [sum(getattr(o, k) for o in outcomes) for k in ("passed", "failed", "skipped")]
     tot[1] += sum(o.errors for o in outcomes)
     lines.append(f"{tot[0]} passed, {tot[1]} failed, {tot[2]} skipped")
@@ -336,7 +352,9 @@ def write_results(
     :mod:`serieskit.results`), then each file's outcome and ``extra``."""
     doc = results.document(
         "tests",
-        {"files": [asdict(o) for o in outcomes], **(extra or {})},
+        # The log's path is this machine's, of no use in a results file.
+        {"files": [{k: v for k, v in asdict(o).items() if k != "log"} for o in outcomes]}
+        | (extra or {}),
         machine=machine or results.machine(),
         series=series,
         figures=test_figures(outcomes),
