@@ -42,24 +42,34 @@ from serieskit.series import series  # noqa: E402
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-# SM, shared lookups, XOR addressing> in the kernel's mangled name. The series
-# at df72e25 had an eighth, the overlapped key loop (false for every head dim
-# it shipped), which the sweep measured slower; its names still parse.
-TRAITS = re.compile(
-    r"PrefillTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELb([01])E(?:Lb([01])E)?"
-)
+# SM, shared lookups, XOR addressing, S accumulator sets, ping-pong> in the
+# kernel's mangled name. The series at df72e25 had another eighth, a flag:
+# the overlapped key loop (false for every head dim it shipped), which the
+# sweep measured slower; its names still parse. Before 2026-12-02 there were
+# seven.
+TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
+TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
 
 
-def traits_of(function: str) -> tuple[int, ...] | None:
-    """The traits in a kernel's mangled name; an eighth flag (the overlapped
-    loop of df72e25) only where it was on, so that the same shape has the same
-    traits in every revision."""
+def traits_of(function: str) -> tuple[int | str, ...] | None:
+    """The traits in a kernel's mangled name: seven numbers, then a tag for
+    each later parameter that is not its default ("s2": two sets of S
+    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop). So
+    the same shape has the same traits in every revision."""
     m = TRAITS.search(function)
     if not m:
         return None
-    *traits, overlap = m.groups()
-    return tuple(int(g) for g in traits) + ((1,) if overlap == "1" else ())
+    args = TRAIT_ARG.findall(m.group(1))
+    extra: list[str] = []
+    for i, (kind, value) in enumerate(args[7:]):
+        if i == 0 and kind == "b":  # df72e25's eighth, a flag
+            extra += ["ov"] if value == "1" else []
+        elif i == 0:
+            extra += [f"s{value}"] if value != "1" else []
+        elif i == 1:
+            extra += ["pp"] if value == "1" else []
+    return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 
 HEAVY = ("HMMA", "LDG", "STS", "LDSM", "BAR")
@@ -198,9 +208,10 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
         traits = traits_of(u.function)
         if not traits or u.arch != "75":
             continue
-        hd, warps, mtiles, keys, ctas, shared, xor = traits[:7]
+        hd, warps, mtiles, keys, ctas, shared, xor = (int(t) for t in traits[:7])
         threads = 32 * warps
-        smem = 2 * 2 * keys * hd * 2  # 2 stages x (K + V) x keys x head dim x fp16
+        stages = 3 if "pp" in traits else 2  # the ping-pong keeps a third
+        smem = stages * 2 * keys * hd * 2  # stages x (K + V) x keys x head dim x fp16
         ins = funcs.get(u.function, [])
         loop = key_loop(ins)
         rows.append(

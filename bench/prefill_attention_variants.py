@@ -24,6 +24,7 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
     python3 bench/prefill_attention_variants.py --static --out results/x.json
     python3 bench/prefill_attention_variants.py --prepare .dev/gpu/kernel
     python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --out $OUT/x.json
+    python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --head-dims 256 --out ...
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from sm75_prefill_lib import (  # noqa: E402
     KERNEL_FILES,
     PTX,
-    TRAITS_KEYS,
     build_library,
     launcher,
     load,
     nvcc_command,
     params_for,
     scratch_for,
+    traits_key,
     variants,
 )
 from timing import time_events, time_graph  # noqa: E402
@@ -79,7 +80,7 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
     }
     rows = []
     for v in variants(lib):
-        u = by_traits[tuple(v[k] for k in TRAITS_KEYS)]
+        u = by_traits[traits_key(v)]
         rows.append(
             {
                 **v,
@@ -307,7 +308,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
     return rows
 
 
-def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
+def run_gpu(tree: Path, reps: int, contexts, head_dims=None) -> tuple[dict, dict]:
     import torch
     from mma_microbench import describe, mma_microbench
     from prefill_attention import mma_ceiling
@@ -320,7 +321,7 @@ def run_gpu(tree: Path, reps: int, contexts) -> tuple[dict, dict]:
             print(f"  {describe(o)}", flush=True)
         path, _ = build_library(tree, Path(tmp), [PTX])
         lib = load(path)
-        vs = variants(lib)
+        vs = [v for v in variants(lib) if not head_dims or v["head_dim"] in head_dims]
         for v in vs:
             attr = (ctypes.c_int * 5)()
             err = lib.sm75v_attributes(v["index"], attr)
@@ -458,9 +459,10 @@ def build_only(tree: Path, lib: Path) -> int:
     return 0
 
 
-def sweep(tree: Path, out: Path, reps: int, contexts: list[int]) -> int:
-    """The GPU run: microbenchmarks, checks and timings of every shape."""
-    body, run = run_gpu(tree, reps, contexts)
+def sweep(tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None) -> int:
+    """The GPU run: microbenchmarks, checks and timings of every shape (of
+    ``head_dims`` only, where given)."""
+    body, run = run_gpu(tree, reps, contexts, head_dims)
     body = {
         "what": (
             "Shapes of the Turing prefill attention template on one GPU through compute_75 PTX, "
@@ -509,6 +511,13 @@ def main() -> int:
     ap.add_argument(
         "--contexts", type=int, nargs="+", default=list(CONTEXTS), help="context lengths timed"
     )
+    ap.add_argument(
+        "--head-dims",
+        type=int,
+        nargs="+",
+        choices=(64, 128, 256),
+        help="only these head dims' shapes (default: all)",
+    )
     a = ap.parse_args()
     if a.static and not a.out:
         ap.error("--static writes a results file: give --out")
@@ -518,7 +527,7 @@ def main() -> int:
         return build_only(a.tree, a.build)
     if a.static:
         return static(a.tree, a.out)
-    return sweep(a.tree, a.out, a.reps, a.contexts)
+    return sweep(a.tree, a.out, a.reps, a.contexts, a.head_dims)
 
 
 if __name__ == "__main__":

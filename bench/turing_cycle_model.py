@@ -95,6 +95,10 @@ def load_variants(path: Path) -> dict[str, tuple[Kernel, int]]:
     Kernel at its Turing residency, with the CTAs per SM an H200 holds."""
     out = {}
     for r in json.loads(path.read_text())["variants"]:
+        if r.get("ping_pong"):
+            # The loop holds both halves' P V and each warp runs one of
+            # them: its census is not one warp's work, so it is not modelled.
+            continue
         loop, c = (
             r["key_loop_per_warp_per_tile"],
             r["key_loop_per_warp_per_tile"]["common_path_by_class"],
@@ -342,14 +346,20 @@ def main() -> None:
         "--variants", type=Path, help="a --static file of bench/prefill_attention_variants.py"
     )
     ap.add_argument(
-        "--sweep", type=Path, help="with --variants: that script's GPU run, measured beside"
+        "--sweep",
+        type=Path,
+        nargs="+",
+        help="with --variants: that script's GPU runs, measured beside (a later file's "
+        "shapes over an earlier's)",
     )
     a = ap.parse_args()
     if a.sweep and not a.variants:
         ap.error("--sweep goes with --variants")
     if a.variants:
         print("MODEL, not a measurement: inputs", a.variants)
-        measured = sweep_fractions(a.sweep) if a.sweep else None
+        measured = (
+            {k: v for f in a.sweep for k, v in sweep_fractions(f).items()} if a.sweep else None
+        )
         print("\n".join(variants_table(load_variants(a.variants), measured)))
         return
     kernels = load_kernels(a.static)

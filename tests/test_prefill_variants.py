@@ -52,10 +52,11 @@ def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
         assert group and group[0]["shipped"], f"head dim {hd}: the shipped shape is not first"
         assert sum(v["shipped"] for v in group) == 1
     for v in shapes:
-        u = by_traits[tuple(v[k] for k in lib75.TRAITS_KEYS)]
+        u = by_traits[lib75.traits_key(v)]
         # Every shape fits a Turing SM at least once, or timing it says nothing.
         smem = v["dynamic_shared_bytes"]
-        assert smem == 2 * 2 * v["keys_per_tile"] * v["head_dim"] * 2, v["name"]
+        stages = 3 if v["ping_pong"] else 2  # the ping-pong's late half reads a third
+        assert smem == stages * 2 * v["keys_per_tile"] * v["head_dim"] * 2, v["name"]
         assert st.turing_ctas_per_sm(u.registers, 32 * v["warps"], smem) >= 1, v["name"]
         if v["shipped"]:
             assert (u.spill_stores, u.spill_loads) == (0, 0), v["name"]
@@ -87,6 +88,31 @@ def test_profile_defaults_are_shapes_of_the_library(built):
     names = {v["name"] for v in lib75.variants(lib)}
     shipped = {v["name"] for v in lib75.variants(lib) if v["shipped"]}
     assert set(defaults) == shipped <= names
+
+
+@pytest.mark.parametrize(
+    ("eighth", "traits"),
+    [
+        ("", (256, 8, 1, 16, 1, 1, 1)),  # before the eighth parameter
+        ("Li1ELb0E", (256, 8, 1, 16, 1, 1, 1)),  # the defaults
+        ("Li2ELb0E", (256, 8, 1, 16, 1, 1, 1, "s2")),
+        ("Li1ELb1E", (256, 8, 1, 16, 1, 1, 1, "pp")),
+        ("Li2ELb1E", (256, 8, 1, 16, 1, 1, 1, "s2", "pp")),
+        ("Lb0E", (256, 8, 1, 16, 1, 1, 1)),  # df72e25's overlapped loop, off
+        ("Lb1E", (256, 8, 1, 16, 1, 1, 1, "ov")),  # and on
+    ],
+)
+def test_traits_of_a_name_are_the_same_in_every_revision(eighth, traits):
+    name = (
+        "_ZN4vllm4sm7x12_GLOBAL__N_135paged_prefill_attention_sm75_kernelI"
+        f"NS0_13PrefillTraitsILi256ELi8ELi1ELi16ELi1ELb1ELb1E{eighth}EEEEvNS0_6ParamsE"
+    )
+    assert st.traits_of(name) == traits
+    shape = dict(zip(lib75.TRAITS_KEYS, traits[:7], strict=True))
+    if eighth.startswith("Li"):
+        options = {"score_sets": int(eighth[2]), "ping_pong": eighth.endswith("Lb1E")}
+        assert lib75.traits_key({**shape, **options}) == traits
+    assert st.traits_of("_Z6othervv") is None
 
 
 def test_reference_is_causal_attention_over_the_pages():

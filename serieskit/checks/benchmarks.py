@@ -140,13 +140,29 @@ _CROSSOVER = re.compile(r"^(?:hd(\d+)\.)?ctx(\d+)_decodes(\d+)\.crossover_query_
 
 def variants(ev: Evidence) -> str:
     """The shapes sweep: per head dim, each shape's time and fraction of the
-    ceiling at the longest context, beside the shape shipped when it ran."""
-    run = _newest_matching(ev, r"^hd\d+\.w\d+m\d+k\d+c\d+.*\.fraction_of_ceiling$")
-    if run is None:
-        return missing("the shapes sweep of the Turing attention")
-    rows_in = [r for r in run.doc.get("rows", []) if r.get("kv") == "paged"]
-    if not rows_in:
-        return missing("a timed shape of the sweep")
+    ceiling at the longest context, beside the shape shipped when it ran;
+    each head dim from the newest sweep that timed it (a sweep may cover
+    some head dims only), a table per results file."""
+    pattern = re.compile(r"^hd\d+\.w\d+m\d+k\d+c\d+.*\.fraction_of_ceiling$")
+    runs = [r for r in ev.runs if any(pattern.match(k) for k in r.figures)]
+    parts: list[tuple[int, list[str]]] = []
+    covered: set[int] = set()
+    while runs:
+        run = ev.newest(runs)
+        assert run is not None
+        runs.remove(run)
+        rows_in = [r for r in run.doc.get("rows", []) if r.get("kv") == "paged"]
+        head_dims = {r["head_dim"] for r in rows_in} - covered
+        if head_dims:
+            covered |= head_dims
+            rows_in = [r for r in rows_in if r["head_dim"] in head_dims]
+            parts.append((min(head_dims), _variants_table(ev, run, rows_in)))
+    if not parts:
+        return missing("a timed shape of the Turing attention's shapes sweep")
+    return "\n\n".join("\n".join(lines) for _, lines in sorted(parts))
+
+
+def _variants_table(ev: Evidence, run: Run, rows_in: list[dict]) -> list[str]:
     longest = max(r["context_len"] for r in rows_in)
     shapes = {v["name"]: v for v in run.doc.get("variants", [])}
     rows = []
@@ -166,24 +182,21 @@ def variants(ev: Evidence) -> str:
             ]
         )
     ceiling = fmt(run.value("mma_m16n8k8_ceiling_tflops"), "TFLOP/s")
-    return "\n".join(
-        table(
-            [
-                "head dim",
-                "shape",
-                "registers (sm_90 from the PTX)",
-                f"{rows_in[0]['query_len']:,} after {longest:,}",
-                "of the ceiling",
-                "against the shape shipped then",
-            ],
-            rows,
-        )
-        + [
-            "",
-            f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}"
-            + _end(ev, run, "variants"),
-        ]
-    )
+    return table(
+        [
+            "head dim",
+            "shape",
+            "registers (sm_90 from the PTX)",
+            f"{rows_in[0]['query_len']:,} after {longest:,}",
+            "of the ceiling",
+            "against the shape shipped then",
+        ],
+        rows,
+    ) + [
+        "",
+        f"mma.sync m16n8k8 ceiling measured in the same run: {ceiling}; {run.caption()}"
+        + _end(ev, run, "variants"),
+    ]
 
 
 def crossover(ev: Evidence) -> str:
