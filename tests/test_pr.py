@@ -55,6 +55,13 @@ PATCHES = [
         {"vllm/host_reduce.py": "def copy_engine_mode():\n    return 1\n"},
         "[Kernel] Copy-engine mode",
     ),
+    # In no pull request and after them all (as options for a sweep): not
+    # picked, and the file it shares with a2 stays in a2's commit as is.
+    (
+        "trail",
+        {"vllm/host_reduce.py": "def copy_engine_mode(option=0):\n    return 1\n"},
+        "[Kernel] An option for a sweep",
+    ),
 ]
 
 
@@ -221,6 +228,10 @@ def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
         assert PLACEHOLDER not in c.message and series.NAME_TRAILER not in c.message
         with pytest.raises(KeyError):
             c.tree / "docs/ref.md"  # the toolkit-only patch's file is left out
+    # A patch in no pull request after every grouped one is only not picked.
+    assert (host.tree / "vllm/host_reduce.py").data_stream.read() == (
+        b"def copy_engine_mode():\n    return 1\n"
+    )
     body = (proot / ".work/pr/overlap/body.md").read_text()
     assert f"git log {host.hexsha[:12]}..{upper.hexsha[:12]}" in body
     assert "Please review only the last 1 commit(s)" in body

@@ -166,7 +166,15 @@ def build_branches(
     assert base_commit
     commits = series_commits(repo, base_commit)
     grouped = {p for g in groups for p in g.patches}
-    toolkit = [name for name in commits if name not in grouped]
+    names = list(commits)
+    last = max((names.index(p) for p in grouped if p in commits), default=-1)
+    # A patch in no pull request before a grouped one (the toolkit's own,
+    # 0001) has files that later patches build on: they are left out of every
+    # commit. One after every grouped patch (options kept for a measurement)
+    # is only not picked: the pull requests hold their files as the grouped
+    # patches leave them.
+    toolkit = [name for name in names[: last + 1] if name not in grouped]
+    trailing = [name for name in names[last + 1 :] if name not in grouped]
     exclude = sorted(
         {
             d.b_path or d.a_path
@@ -179,6 +187,8 @@ def build_branches(
             f"pr: {', '.join(toolkit)} in no pull request (toolkit-only); their files are left "
             f"out of every commit: {', '.join(exclude)}"
         )
+    if trailing:
+        log(f"pr: {', '.join(trailing)} in no pull request, after them all: not picked")
     wt = t.out("pr") / ".worktree"
     git.drop_worktree(tree, wt)  # one a killed session left, locked or not
     git.git(tree, "worktree", "add", "--detach", str(wt), base_commit)
@@ -195,7 +205,6 @@ def build_branches(
                 continue
             b.lower = lower.head if lower else None
             git.git(wt, "checkout", "-q", "--detach", b.lower or base_commit)
-            names = list(commits)
             for p in sorted(g.patches, key=lambda x: names.index(x) if x in names else -1):
                 if p not in commits:
                     b.problems.append(f"no commit of the series has Patch-Name: {p}")
