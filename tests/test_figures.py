@@ -579,3 +579,20 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
     assert sum("(shipped then)" in r for r in rows) == 1
+
+
+def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
+    """A sweep of some head dims only (--head-dims) replaces those head dims'
+    rows, each in a table under its own file's caption; the rest stay."""
+    ev = evidence.Evidence(REPO)
+    shapes = benchmarks.variants(ev)
+    full, partial = (
+        "bench_prefill_variants_033_h200.json",
+        "bench_prefill_variants_033_h200_hd256_s2.json",
+    )
+    assert full in shapes and partial in shapes
+    _, first, second = shapes.split("| head dim | shape |")  # a table each
+    assert full in first and partial in second
+    assert "| 128 |" in first and "| 256 |" not in first
+    assert "| 256 |" in second and "| 128 |" not in second
+    assert "hd256.w8m1k16c1.s2" in second
