@@ -27,24 +27,24 @@ namespace {
 // register savings off, two sets of S accumulators where a warp has two
 // (head dim 256 on 16-key tiles), the ping-pong where one CTA of 8 warps
 // fills an SM, and the shapes each head dim shipped before.
-#define SM75_VARIANTS(X)                           \
-  X(Hd64)                                          \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)    \
-  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)    \
-  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)    \
-  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)    \
-  X(Hd128)                                         \
-  X(PrefillTraits<128, 4, 2, 16, 2, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)   \
-  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)   \
+#define SM75_VARIANTS(X)                                  \
+  X(Hd64)                                                 \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)           \
+  X(PrefillTraits<64, 8, 1, 32, 2, true, true>)           \
+  X(PrefillTraits<64, 8, 1, 64, 2, true, true>)           \
+  X(PrefillTraits<64, 2, 4, 16, 4, true, true>)           \
+  X(Hd128)                                                \
+  X(PrefillTraits<128, 4, 2, 16, 2, true, true>)          \
+  X(PrefillTraits<128, 8, 1, 16, 2, true, true>)          \
+  X(PrefillTraits<128, 8, 1, 32, 1, true, true>)          \
   X(PrefillTraits<128, 8, 1, 32, 1, true, true, 1, true>) \
-  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)   \
-  X(Hd256)                                         \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>) \
+  X(PrefillTraits<128, 4, 2, 32, 1, true, true>)          \
+  X(Hd256)                                                \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)       \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, 1, true>) \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>) \
-  X(PrefillTraits<256, 8, 1, 32, 1, false, false>) \
-  X(PrefillTraits<256, 8, 1, 16, 1, false, false>) \
+  X(PrefillTraits<256, 8, 1, 32, 1, false, false>)        \
+  X(PrefillTraits<256, 8, 1, 16, 1, false, false>)        \
   X(PrefillTraits<256, 8, 1, 32, 1, true, false>)
 
 template <class T>
@@ -84,7 +84,9 @@ struct Variant {
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     *splits = paged_prefill_attention_sm75_splits_for(
-        ctas(p), static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
+        paged_prefill_attention_sm75_num_ctas(p.num_tokens, p.num_heads,
+                                              p.num_kv_heads),
+        static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
     return cudaSuccess;
   }
 
@@ -101,13 +103,6 @@ struct Variant {
     p.scale_log2 = p.softmax_scale * kLog2e;
     p.group = p.num_heads / p.num_kv_heads;
     return launch<T>(p, stream);
-  }
-
-  // paged_prefill_attention_sm75_num_ctas for this shape's rows per CTA.
-  static int64_t ctas(const PagedPrefillAttentionParams& p) {
-    const int64_t group = p.num_heads / p.num_kv_heads;
-    return (static_cast<int64_t>(p.num_tokens) * group + T::kRows - 1) /
-           T::kRows * p.num_kv_heads;
   }
 };
 
