@@ -325,15 +325,18 @@ def reason(proc: subprocess.CompletedProcess) -> str:
     return last_line(proc.stderr) if proc.stderr else last_line(proc.stdout, "no output")
 
 
-# How many differing files are read to see whether a killed write cut them.
+# How many differing files are read to see whether a killed write cut them,
+# where the tree may also hold the user's edits (HEAD born).
 _CUT_MAX = 64
 
 
-def paths_as_in(repo: Path, commit: str, paths: list[str]) -> set[str]:
+def paths_as_in(repo: Path, commit: str, paths: list[str], every: bool = False) -> set[str]:
     """Those of ``paths`` whose file in the work tree is as in ``commit``
-    (absent where the commit has none), or the start of it (the one file a
-    kill cut as it was written): what a checkout of ``commit`` that was
-    killed half-way wrote, not anyone's edit."""
+    (absent where the commit has none), or the start of it (a file a kill or
+    a full disk cut as it was written): what a checkout of ``commit`` that
+    was cut short wrote, not anyone's edit. A kill cuts one file, a full disk
+    every one after it: ``every`` reads each differing file, not the first
+    64 (where no edit of the user's can be among them)."""
     if not paths:
         return set()
     with tempfile.TemporaryDirectory() as tmp:
@@ -343,19 +346,61 @@ def paths_as_in(repo: Path, commit: str, paths: list[str]) -> set[str]:
         differ = set(git(repo, "diff-files", "--name-only", "-z", env=env).split("\0"))
         others = git(repo, "ls-files", "-o", "--exclude-standard", "-z", env=env).split("\0")
     same = set(paths) - differ - set(others)
-    rest = [p for p in paths if p not in same and p in differ][:_CUT_MAX]
-    return same | {p for p in rest if _cut_from(repo, commit, p)}
+    rest = [p for p in paths if p not in same and p in differ][: None if every else _CUT_MAX]
+    blobs = _blobs(repo, commit, rest)
+    return same | {p for p in rest if _cut_from(repo / p, blobs.get(p))}
 
 
-def _cut_from(repo: Path, commit: str, path: str) -> bool:
-    """The work tree's ``path`` is a strict prefix of its blob in ``commit``
-    (an empty file included): a write of it that a kill stopped."""
-    file = repo / path
-    if file.is_symlink() or not file.is_file():
+def _blobs(repo: Path, commit: str, paths: list[str]) -> dict[str, bytes]:
+    """The content of each of ``paths`` in ``commit`` (one git for all of them)."""
+    if not paths:
+        return {}
+    out = run(repo, "cat-file", "--batch", input="".join(f"{commit}:{p}\n" for p in paths).encode())
+    data, found, at = out.stdout, {}, 0
+    for path in paths:
+        end = data.index(b"\n", at)
+        header = data[at:end].split()
+        at = end + 1
+        if len(header) == 3 and header[1] == b"blob":
+            size = int(header[2])
+            found[path] = data[at : at + size]
+            at += size + 1
+        elif len(header) == 3:  # a tree or a link target's object: not a file
+            at += int(header[2]) + 1
+    return found
+
+
+def _cut_from(file: Path, blob: bytes | None) -> bool:
+    """``file`` is a strict prefix of ``blob`` (an empty file included): a
+    write of it that a kill or a full disk stopped."""
+    if blob is None or file.is_symlink() or not file.is_file():
         return False
-    blob = run(repo, "cat-file", "blob", f"{commit}:{path}")
     have = file.read_bytes()
-    return blob.returncode == 0 and len(have) < len(blob.stdout) and blob.stdout.startswith(have)
+    return len(have) < len(blob) and blob.startswith(have)
+
+
+def applied_tree(repo: Path, commit: str, patch: Path) -> str | None:
+    """The tree of ``commit`` with ``patch`` applied, as ``git am`` stages it
+    (without its three-way fallback); None where it does not apply so."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(repo, "read-tree", commit, env=env)
+        if run(repo, "apply", "--cached", str(patch), env=env).returncode != 0:
+            return None
+        return git(repo, "write-tree", env=env).strip()
+
+
+def patch_id(repo: Path, mail: bytes) -> str:
+    """``git patch-id --stable`` of a patch or a mail ("" for none): the same
+    for the same change, whatever its message."""
+    out = git(repo, "patch-id", "--stable", input=mail).split()
+    return out[0] if out else ""
+
+
+def staged_against(repo: Path, tree: str) -> set[str]:
+    """The paths whose entry in the index differs from ``tree``'s."""
+    out = git(repo, "diff-index", "--cached", "--name-only", "-z", tree)
+    return {p for p in out.split("\0") if p}
 
 
 def changed_paths(repo: Path) -> list[str]:

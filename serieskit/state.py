@@ -57,7 +57,9 @@ class State:
     # While an apply runs: the commits HEAD and the series branch were at when
     # it passed its guard (so none of the user's unsaved work). A kill before
     # its checkout leaves them in place, and the rerun must not take them for
-    # the user's; state.head then says only the base.
+    # the user's; state.head then says only the base. None: HEAD was unborn
+    # and the guard found the tree empty, so while HEAD stays unborn the tree
+    # holds what the apply's first checkout wrote, and what the user put there.
     started_from: list[str] = field(default_factory=list)
     failed: str | None = None  # the patch a failed apply stopped at
     # Set by `apply --continue`: the last commit of the branch it took or made.

@@ -53,9 +53,9 @@ from test_faults import (
 )
 from test_port import PORT, f0, make_port, pin_patches, write_series
 
-from conftest import BASE_FILES, add_release, make_root
+from conftest import BASE_FILES, add_release, make_root, quiet
 from serieskit.checks import docs
-from serieskit.series import target
+from serieskit.series import base, target
 from serieskit.upstream import carry_record
 
 KERNEL = BASE_FILES["vllm/config/kernel.py"]
@@ -177,6 +177,99 @@ def _continue_check(call, root, facts):
     assert g(repo, "status", "--porcelain") == "" and patches(root) == facts["patches"]
     assert _state(root).get("in_progress") is None and not _state(root).get("failed")
     _no_leftovers(root, repo)
+
+
+# --- apply, then the user acts in the work tree before the rerun -----------------
+
+MY_F0 = "def f0():\n    return 7\n"
+MY_RESOLUTION = BASE_FILES["vllm/utils.py"].replace(
+    "def f0():\n    return 0\n", "def f0():\n    return 107  # mine and the series'\n"
+)
+MY_EDIT = "print('my staged edit')\n"
+
+
+def _your_am_setup(call, root, facts):
+    """As for apply, and a patch of the user's own (f0 returns 7; the series
+    says 100), made on the base: `git am -3` of it stops at a conflict."""
+    _apply_setup(call, root, facts)
+    scratch = root.parent / "mine"
+    g(scratch.parent, "init", "-q", str(scratch))
+    commit_files(scratch, {"vllm/utils.py": BASE_FILES["vllm/utils.py"]}, "base")
+    utils = BASE_FILES["vllm/utils.py"].replace("def f0():\n    return 0\n", MY_F0)
+    commit_files(scratch, {"vllm/utils.py": utils}, "My f0")
+    out = root.parent / "mine-patch"
+    g(scratch, "format-patch", "-q", "--full-index", "-1", "-o", str(out))
+    facts["my patch"] = next(out.iterdir())
+
+
+def _your_am_recover(call, root, facts):
+    """The user's own `git am` stops at a conflict; they resolve it and stage
+    the resolution, then run apply as the recovery table says: it stops at
+    their am, which stays as it was; they finish it, and `apply --force`
+    keeps their commit under a backup ref."""
+    repo = work(root)
+    g(repo, "am", "--3way", str(facts["my patch"]), check=False)
+    assert (repo / ".git" / "rebase-apply" / "applying").exists()
+    (repo / "vllm/utils.py").write_text(MY_RESOLUTION)
+    g(repo, "add", "vllm/utils.py")
+    head = rev(repo, "HEAD")
+    error_line(call("apply"), "git am", "in progress")
+    assert (repo / ".git" / "rebase-apply" / "applying").exists()
+    assert rev(repo, "HEAD") == head
+    assert g(repo, "show", ":vllm/utils.py") == MY_RESOLUTION
+    assert (repo / "vllm/utils.py").read_text() == MY_RESOLUTION
+    g(repo, "am", "--continue")
+    mine = rev(repo, "HEAD")
+    res = ok(call("apply", "--force"))
+    assert any(ref in res.text for ref in refs_keeping(repo, mine)), res.text
+
+
+def _your_edit_recover(call, root, facts):
+    """The user removes the lock git complains about and stages an edit of a
+    file the stopped patch does not touch, then runs apply: it stops, naming
+    the file, which stays staged; they stash it as the error says, and apply
+    goes on."""
+    repo = work(root)
+    assert (repo / ".git" / "rebase-apply").is_dir()  # the killed git am's
+    for lock in (repo / ".git").rglob("*.lock"):
+        lock.unlink()
+    (repo / "setup.py").write_text(MY_EDIT)
+    g(repo, "add", "setup.py")
+    error_line(call("apply"), "setup.py", "stash")
+    assert g(repo, "show", ":setup.py") == MY_EDIT
+    assert (repo / "setup.py").read_text() == MY_EDIT
+    g(repo, "stash")
+    ok(call("apply"))
+    assert _in_a_stash_or_history(repo, "my staged edit")
+
+
+# A base with more files than a cut-short checkout's files are inspected one by one.
+MANY_FILES = {**BASE_FILES, **{f"vllm/many/m{i:03d}.py": f"M = {i}\n" * 20 for i in range(150)}}
+
+
+def _many_files_setup(call, root, facts):
+    """As for apply, on a base of 150 more files (the pin moved to it)."""
+    cache = root.parent / "cache" / "sdists"
+    sha = add_release(cache, "0.0.3", MANY_FILES)
+    scratch = root.parent / "scratch-0.0.3"
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, cache / "vllm-0.0.3.tar.gz", "0.0.3", sha, log=quiet)
+    base.write_pin(root, base.Pin("0.0.3", sha, commit))
+    shutil.rmtree(scratch)
+    _apply_setup(call, root, facts)
+
+
+def _full_disk_recover(call, root, facts):
+    """The first checkout of the base, killed before it wrote anything, is
+    left as a full disk leaves one: every file of the base there, empty or
+    cut short, no index, HEAD unborn. A plain apply finishes it and says so."""
+    repo = work(root)
+    assert not g(repo, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    for i, (path, text) in enumerate(sorted(MANY_FILES.items())):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text[: 3 if i % 5 == 0 else 0])
+    res = ok(call("apply"))
+    assert "checkout" in res.out and "cut short" in res.out, res.out
 
 
 # --- export -------------------------------------------------------------------
@@ -311,6 +404,20 @@ def _docs_check(call, root, facts):
     _no_leftovers(root, repo)
 
 
+def _docs_edit_recover(call, root, facts):
+    """After docs was killed inside its rewrite, the user stages an edit of
+    their own: docs stops, naming it, and leaves it staged; stashed as the
+    error says, docs goes on."""
+    repo = work(root)
+    (repo / "setup.py").write_text(MY_EDIT)
+    g(repo, "add", "setup.py")
+    error_line(call("docs"), "setup.py", "stash")
+    assert g(repo, "show", ":setup.py") == MY_EDIT
+    g(repo, "stash")
+    ok(call("docs"))
+    assert _in_a_stash_or_history(repo, "my staged edit")
+
+
 # --- carry ----------------------------------------------------------------------
 
 
@@ -353,6 +460,15 @@ CASES = {
     "apply --continue": Case(
         "apply --continue", ["apply", "--continue"], _continue_setup, None, _continue_check
     ),
+    "apply, your am": Case(
+        "apply, your am", ["apply"], _your_am_setup, _your_am_recover, _apply_check
+    ),
+    "apply, your staged edit": Case(
+        "apply, your staged edit", ["apply"], _apply_setup, _your_edit_recover, _apply_check
+    ),
+    "apply, full disk": Case(
+        "apply, full disk", ["apply"], _many_files_setup, _full_disk_recover, _apply_check
+    ),
     "export": Case("export", ["export"], _export_setup, None, _export_check),
     "rebase": Case(
         "rebase", ["rebase", "vllm==0.0.2"], _rebase_setup, _rebase_recover, _rebase_check
@@ -368,6 +484,9 @@ CASES = {
         "rebase --abort", ["rebase", "--abort"], _abort_setup, _abort_recover, _abort_check
     ),
     "docs": Case("docs", ["docs"], _docs_setup, None, _docs_check),
+    "docs, your staged edit": Case(
+        "docs, your staged edit", ["docs"], _docs_setup, _docs_edit_recover, _docs_check
+    ),
     "carry": Case("carry", ["carry", PORT], _carry_setup, _carry_recover, _carry_check),
 }
 
@@ -385,6 +504,15 @@ KILLS = [
     ("apply changed", "in-git-checkout", "KILL", False, 80),
     ("apply changed", "git-am#3", "TERM", True, None),
     ("apply changed", "write#2", "INT", False, None),
+    # The user acts in the work tree after the kill (issue 38): their own git am
+    # (after a kill that left none), a staged edit beside what a killed git am
+    # staged (its index.lock left: it died writing the index again).
+    ("apply, your am", "git-am#2", "KILL", True, None),
+    ("apply, your am", "git-am#3", "TERM", False, None),
+    ("apply, your staged edit", "in-git-am#2", "KILL", False, 820),
+    ("apply, your staged edit", "in-git-am#3", "KILL", True, 860),
+    ("apply, full disk", "git-checkout", "KILL", False, None),
+    ("apply, full disk", "git-checkout", "INT", True, None),
     ("apply --continue", "git-am", "KILL", False, None),
     ("apply --continue", "in-git-am", "KILL", False, 80),
     ("apply --continue", "write#1", "TERM", False, None),
@@ -416,6 +544,7 @@ KILLS = [
     ("docs", "in-git-rebase", "KILL", True, 80),
     ("docs", "git-format-patch", "TERM", False, None),
     ("docs", "write#2", "INT", False, None),
+    ("docs, your staged edit", "in-git-rebase", "KILL", True, 80),
     ("carry", "carry.pin-side", "KILL", False, None),
     ("carry", "git-am", "KILL", True, None),
     ("carry", "in-git-worktree", "KILL", False, 80),

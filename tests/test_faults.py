@@ -1869,6 +1869,49 @@ def test_a_full_disk_leaves_no_half_written_patch(sk, root, tmp_path):
     assert left == before, sorted(set(left) ^ set(before))
 
 
+@pytest.mark.parametrize("rerun", [["apply"], ["apply", "--force"]])
+def test_a_first_checkout_cut_short_by_a_full_disk_is_finished(sk, root, cache, tmp_path, rerun):
+    """The work tree on a tmpfs too small for the base: git's checkout leaves
+    hundreds of files empty or cut short, no index, HEAD unborn. Once there is
+    room again, a plain apply (or --force) finishes that checkout, saying so."""
+    namespace_or_skip(tmp_path)
+    many = {**BASE_FILES, **{f"vllm/many/m{i:03d}.py": f"M = {i}\n" * 300 for i in range(300)}}
+    sha = add_release(cache, "0.0.3", many)
+    scratch = tmp_path / "scratch"
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, cache / "vllm-0.0.3.tar.gz", "0.0.3", sha, log=print)
+    base.write_pin(root, base.Pin("0.0.3", sha, commit))
+    repo, after = work(root), tmp_path / "after"
+    repo.mkdir(parents=True)
+    after.mkdir()
+    code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=["apply"])
+    script = (
+        f"mount -t tmpfs -o size=300k tmpfs {repo} && \"$0\" -c \"$1\"; rc=$?; "
+        f"cp -a {repo}/. {after}/; exit $rc"
+    )
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, sys.executable, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    error_line(Result(proc.returncode, proc.stdout, proc.stderr))
+    repo.rmdir()  # the mount point, empty again out of the namespace
+    shutil.copytree(after, repo, symlinks=True)
+    assert not g(repo, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    empty = [p for p in (repo / "vllm" / "many").iterdir() if p.stat().st_size == 0]
+    assert len(empty) > 100, len(empty)
+    # What the checkout did not write is not taken for its own: named, left alone.
+    (repo / "notes.txt").write_text("my notes\n")
+    res = sk(*rerun)
+    error_line(res, "notes.txt")
+    assert "vllm/many" not in res.err and (repo / "notes.txt").read_text() == "my notes\n"
+    (repo / "notes.txt").unlink()
+    res = ok(sk(*rerun))
+    assert "cut short" in res.out, res.out
+    assert rev(repo, "HEAD") == commit and g(repo, "status", "--porcelain") == ""
+
+
 # --- 20: sessions refuse a half-made tree; pin checks first (issue 26, item 4) -----
 
 READERS = [
@@ -1927,6 +1970,23 @@ def test_apply_force_with_a_wrong_pin_commit_refuses_before_stashing(sk, root):
     assert (repo / "vllm/__init__.py").read_text() == "VERSION = 2\n"
     assert stash_count(repo) == 0 and backup_refs(repo) == []
     assert rev(repo, "HEAD") == head
+
+
+def test_rebase_continue_leaves_a_rebase_of_the_users_own_alone(sk, root, cache):
+    """The toolkit's rebase stopped at a conflict; the user gave it up with
+    git and started a rebase of their own, stopped to edit a commit:
+    --continue stops, naming it, and does not go on with it."""
+    repo = make_series(sk, root)
+    add_release(cache, "0.0.2", TWO_CONFLICTS)
+    error_line(sk("rebase", "vllm==0.0.2"), "conflict")
+    g(repo, "rebase", "--abort")
+    env = {**os.environ, **USER, "GIT_CONFIG_GLOBAL": os.devnull}
+    env["GIT_SEQUENCE_EDITOR"] = "sed -i 1s/^pick/edit/"
+    subprocess.run(["git", "-C", str(repo), "rebase", "-i", "HEAD~2"], check=True, env=env)
+    head = rev(repo, "HEAD")
+    line = error_line(sk("rebase", "--continue"), "not the rebase", "git -C")
+    assert "rebase --abort" in line, line
+    assert (repo / ".git" / "rebase-merge").is_dir() and rev(repo, "HEAD") == head
 
 
 def test_rebase_continue_with_an_unrelated_unstaged_change(sk, root, cache):

@@ -191,12 +191,20 @@ DOCS_FROM = "refs/series/docs-from"
 def _undo_interrupted(tree: Path, log) -> None:
     """A docs killed inside its rebase left that rebase in the work tree: undo
     it (what a killed step left in the tree goes to a stash), so that this
-    run does the rewrite again. A rebase that docs did not start is the
-    user's, and stays (export refuses over it)."""
+    run does the rewrite again. A rebase that docs did not start, or staged
+    changes its step did not make, are the user's: they stop it."""
     start = git.rev(tree, DOCS_FROM)
-    orig = git.gitdir(tree) / "rebase-merge" / "orig-head"
-    if not start or not orig.is_file() or orig.read_text().strip() != start:
+    if not start or git.operation_in_progress(tree) is None:
         return
+    merge = git.gitdir(tree) / "rebase-merge"
+    orig = merge / "orig-head"
+    ours = orig.is_file() and orig.read_text().strip() == start
+    # A step of it stages the commit it replays, and the reference it regenerates.
+    done = (merge / "done").read_text().splitlines() if (merge / "done").is_file() else []
+    picks = [line.split()[1] for line in done if line.startswith("pick ")]
+    picked = git.rev(tree, picks[-1]) if picks else None
+    made = (picked,) if picked else ()
+    safety.check_left_by(tree, "docs", made, op="rebase", ours=ours, own=(OUTPUT,))
     if git.dirty_files(tree):
         kept = safety.stash(tree, "docs: what an interrupted docs left")
         log(f"docs: stashed what the interrupted docs left in {tree} as {kept}")

@@ -54,16 +54,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"old): `{t.cmd('export')}` writes it again (it keeps what it replaces under "
             f"{safety.BACKUP_DIR}/); `{t.cmd('apply', '--force')}` applies the files as they are"
         )
-    op = git.operation_in_progress(repo)
-    if op == "am" and state.in_progress in ("apply", "continue"):
-        # Our own am, killed midway: git's abort restores HEAD and keeps
-        # changes to files the patch does not touch; the guard sees the rest.
-        git.git(repo, "am", "--abort")
-    elif op is not None:
-        raise ToolkitError(
-            f"a git {op} is in progress in {repo}: finish it, or "
-            f"`git -C {repo} {op} --abort`, then run this again"
-        )
+    undo_interrupted(t, state, names, "apply")
     if state.in_progress:
         what = "apply --continue" if state.in_progress == "continue" else "apply"
         log(
@@ -140,14 +131,55 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     return state
 
 
+def undo_interrupted(t: Target, state: State, names: list[str], action: str, busy=None) -> None:
+    """Before an interrupted apply (or apply --continue) is redone or goes on,
+    what the work tree holds beyond commits must be what it left
+    (:func:`safety.check_left_by`): a git am only its own, of the patch it was
+    applying on the commit it had reached, the index only that patch's or,
+    where its checkout of the base was cut short, the base's. Its own am is
+    then aborted (which drops nothing else); the guard sees the rest."""
+    repo = t.work
+    op = git.operation_in_progress(repo)
+    checkout = _checkout_cut_short(repo, state)
+    if op is None and checkout is None:
+        return
+    made, ours = [checkout] if checkout else [], False
+    since = state.continued_head or state.head
+    if op == "am" and state.in_progress and since and state.applied < len(names):
+        patch = t.patches / names[state.applied]
+        if ours := _am_of(repo, patch):
+            made += [since, *filter(None, [git.applied_tree(repo, since, patch)])]
+    safety.check_left_by(repo, action, tuple(made), op="am", ours=ours, busy=busy)
+    if op == "am":
+        git.git(repo, "am", "--abort")
+
+
+def _am_of(repo: Path, patch: Path) -> bool:
+    """The git am in progress is one of ``patch`` alone (its one mail has the
+    patch's patch id), or one killed as it set up, before it noted how many
+    mails it has (it applied nothing)."""
+    folder = git.gitdir(repo) / "rebase-apply"
+    if not (folder / "last").is_file():
+        return True
+    mail = folder / "0001"
+    if (folder / "last").read_text().strip() != "1" or not mail.is_file():
+        return False
+    mine = git.patch_id(repo, mail.read_bytes())
+    return bool(mine) and mine == git.patch_id(repo, patch.read_bytes())
+
+
 def _checkout_cut_short(repo: Path, state: State) -> str | None:
-    """The base, when an apply was killed inside its checkout of it: HEAD has
-    not moved yet (still where the apply started, or unborn in a fresh
-    repository), and the tree may hold files that checkout wrote."""
+    """The base, when an apply was stopped inside its checkout of it (killed,
+    or the disk full): HEAD has not moved yet, still where the apply started,
+    or unborn in a repository that was empty when the apply started (its
+    record: it started from no commit), and the tree may hold files that
+    checkout wrote."""
     if state.in_progress != "apply" or not state.base:
         return None
     head = git.rev(repo, "HEAD")
-    return state.base if head is None or head in state.started_from else None
+    if head is None:
+        return None if state.started_from else state.base
+    return state.base if head in state.started_from else None
 
 
 def _keep_by_hand(t: Target, state: State) -> str | None:

@@ -41,8 +41,7 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
         raise ToolkitError(f"no work tree: run `{t.cmd('apply')}` first")
     if state.rebase_stopped:
         raise ToolkitError(stopped_message(t, state))
-    if op := git.operation_in_progress(repo):
-        raise ToolkitError(f"a git {op} is in progress in {repo}: finish it first")
+    safety.check_left_by(repo, "export", made=None)  # no git operation is export's own
     if state.in_progress == "continue":
         raise ToolkitError(
             f"an apply --continue was interrupted at {state.applied}/{state.total}: "

@@ -20,6 +20,7 @@ from serieskit.series.apply import (
     conflicted,
     made_since,
     patch_sha256,
+    undo_interrupted,
 )
 from serieskit.series.series import (
     BRANCH,
@@ -55,12 +56,11 @@ def cont(where: Where, log=print) -> State:
     names = read_series(t)
     patches = check_patches(t, names)
     safety.clear_stale_locks(repo, "apply --continue", log)
-    op = git.operation_in_progress(repo)
-    if op == "am" and resumed:
-        git.git(repo, "am", "--abort")  # our own, killed midway (as apply repairs it)
+    undo_interrupted(
+        t, state, names, "apply --continue", busy=lambda op: _operation_message(t, op)
+    )
+    if resumed:
         log("apply --continue: the earlier one was interrupted; going on")
-    elif op is not None:
-        raise ToolkitError(_operation_message(t, op))
     if t.commit is not None and state.base != t.commit:
         raise ToolkitError(
             f"the work tree is on {state.base_label} ({state.base[:12]}), not on "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,15 +149,18 @@ def unsaved_work(
     if not git.is_repo(repo):
         return Unsaved([], [], [])
     dirty = git.dirty_files(repo)
+    unborn = git.rev(repo, "HEAD") is None
     if checkout_of and dirty:
-        written = git.paths_as_in(repo, checkout_of, git.changed_paths(repo))
+        written = git.paths_as_in(repo, checkout_of, git.changed_paths(repo), every=unborn)
         if written:
+            first = "the first checkout" if unborn else "a checkout"
             log(
-                f"  {len(written)} file(s) in {repo} are as the interrupted checkout of "
-                f"{checkout_of[:12]} wrote them: not yours, checked out again"
+                f"  {first} of {checkout_of[:12]} in {repo} was cut short (killed, or the disk "
+                f"full): its {len(written)} file(s) there, whole or cut short, are checked "
+                "out again"
             )
             dirty = [line for line in dirty if _path_of(line) not in written]
-    if git.rev(repo, "HEAD") is None:  # a fresh repository: no commit can be the user's
+    if unborn:  # a fresh repository: no commit can be the user's
         return Unsaved(dirty, [], [])
     tips = [t for t in TIPS if git.rev(repo, t)]
     known = [k for k in (state.head, state.base, *extra_known) if k and git.rev(repo, k)]
@@ -216,6 +219,69 @@ def guard(
     save(repo, work, action, log)
 
 
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # what an unborn HEAD holds
+
+
+def check_left_by(
+    repo: Path,
+    action: str,
+    made: tuple[str, ...] | None = (),
+    op: str | None = None,
+    ours: bool = False,
+    busy: Callable[[str], str] | None = None,
+    own: tuple[str, ...] = (),
+) -> None:
+    """Before ``action`` resumes its own interrupted work in ``repo`` (aborts
+    or continues a git operation, resets, checks out): stop, with one line
+    naming what it found, unless that is what the interrupted one left.
+
+    A git operation in progress is allowed only if it is ``op`` and ``ours``
+    (the caller's proof that the interrupted command ran it); ``busy(found)``
+    words the refusal. Every staged change (the index against HEAD) must be a
+    file as HEAD or one of ``made`` has it (the trees the interrupted git step
+    was writing: git writes the index whole), with nothing unstaged over it
+    and no unmerged path: what a reset or an abort then drops is the
+    toolkit's own. ``own``: paths the step writes whatever they held (a
+    generated file). ``made=None``: the index is not dropped (a continue
+    commits it), and not checked."""
+    found = git.operation_in_progress(repo)
+    if found is not None and (found != op or not ours):
+        raise ToolkitError(
+            busy(found)
+            if busy
+            else f"a git {found} is in progress in {repo}: finish it, or "
+            f"`git -C {repo} {found} --abort`, then run this again"
+        )
+    if made is None:
+        return
+    stash = f"keep them (`git -C {repo} stash`), then run this again"
+    if unmerged := git.git(repo, "diff", "--name-only", "-z", "--diff-filter=U").split("\0")[:-1]:
+        raise ToolkitError(
+            f"{action}: {repo} has unmerged paths that the interrupted {action} cannot be "
+            f"shown to have left: {_listed(unmerged)}; resolve them, `git -C {repo} add` and "
+            f"{stash}" + (f"; or drop them (`git -C {repo} {found} --abort`)" if found else "")
+        )
+    staged = git.staged_against(repo, git.rev(repo, "HEAD") or EMPTY_TREE) - set(own)
+    theirs = set(staged)
+    for tree in made:
+        theirs &= git.staged_against(repo, tree)
+    if theirs:
+        raise ToolkitError(
+            f"{action}: {repo} has staged changes that the interrupted {action} did not make: "
+            f"{_listed(sorted(theirs))}; {stash}"
+        )
+    over = staged & set(git.git(repo, "diff", "--name-only", "-z").split("\0"))
+    if over:
+        raise ToolkitError(
+            f"{action}: {repo} has changes over what the interrupted {action} staged: "
+            f"{_listed(sorted(over))}; {stash}"
+        )
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
 def clear_stale_locks(repo: Path, action: str, log=print) -> None:
     """Lock files in the work tree's git folder (index.lock, HEAD.lock, a
     branch's .lock, ...): held by a git that runs there, they stop ``action``
@@ -251,7 +317,8 @@ def save(repo: Path, work: Unsaved, why: str, log=print) -> None:
         if git.rev(repo, "HEAD") is None:
             raise ToolkitError(
                 f"{why}: {repo} has no commit yet, so its files cannot be stashed: "
-                "move them aside, then run this again"
+                f"move them aside ({_listed([_path_of(line) for line in work.dirty])}), "
+                "then run this again"
             )
         where = stash(repo, f"saved by {why} --force")
         log(

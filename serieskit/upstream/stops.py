@@ -76,6 +76,19 @@ def cont(where: Path | Target, finish, log=print):
             f"the series moved onto {rb.target}: `{session} --abort` goes back to where it "
             "started"
         )
+    safety.check_left_by(
+        repo,
+        f"{kind} --continue",
+        made=None,  # the resolution staged at the stop is what --continue commits
+        op="rebase",
+        ours=_ours(repo, rb),
+        busy=lambda op: (
+            f"the git {op} in progress in {repo} is not the {kind} that stopped there (that "
+            f"one moves {rb.old_head[:12]} onto {rb.onto[:12]}): finish it, or "
+            f"`git -C {repo} {op} --abort`; then `{session} --abort` goes back to where the "
+            f"{kind} started"
+        ),
+    )
     safety.clear_stale_locks(repo, f"{kind} --continue", log)  # else git's failure reads as a stop
     unresolved = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
     if unresolved:
@@ -98,6 +111,16 @@ def cont(where: Path | Target, finish, log=print):
 
 def _session(t: Target, rb: RebaseState) -> str:
     return f"nox -s carry -- {t.version}" if rb.kind == "carry" else "nox -s rebase --"
+
+
+def _ours(repo: Path, rb: RebaseState) -> bool:
+    """The git rebase in progress is the one the toolkit started: from the
+    commit it recorded, onto the one it recorded."""
+    merge = git.gitdir(repo) / "rebase-merge"
+    return all(
+        (merge / name).is_file() and (merge / name).read_text().strip() == want
+        for name, want in (("orig-head", rb.old_head), ("onto", rb.onto))
+    )
 
 
 def _finished(repo: Path, rb: RebaseState) -> bool:
