@@ -168,12 +168,15 @@ def test_interrupted_apply_is_detected_and_repaired(root):
     assert git.rev(repo, "HEAD") == good
 
 
-def test_interrupted_git_am_is_repaired(root):
+def test_interrupted_git_am_stopped_at_a_conflict_is_left_to_the_user(root):
+    """Its own am of patch 2, stopped at a conflict and left so (killed before
+    it aborted it): the unmerged file may hold a resolution under way, which
+    `git am --abort` would drop, so apply stops, naming it and the ways on;
+    once the user has aborted the am, apply repairs the tree."""
     repo = make_series(root)
     good = fresh_apply(root)
     state = State.load(root)
     git.git(repo, "reset", "-q", "--hard", "HEAD~1")
-    # A conflicting am left stopped, as after a kill during its 3-way merge.
     (repo / "vllm/new.py").write_text("OTHER = 1\n")
     git.git(repo, "add", "vllm/new.py")
     git.git(
@@ -186,8 +189,12 @@ def test_interrupted_git_am_is_repaired(root):
     )
     git.run(repo, "am", "--3way", str(root / "patches" / "0002-Core-Add-new-module.patch"))
     assert git.operation_in_progress(repo) == "am"
-    state.in_progress, state.head = "apply", git.rev(repo, "HEAD")
+    state.in_progress, state.head, state.applied = "apply", git.rev(repo, "HEAD"), 1
     state.save(root)
+    with pytest.raises(ToolkitError, match="unmerged paths .*vllm/new.py.* am --abort"):
+        apply.apply(root, log=quiet)
+    assert git.operation_in_progress(repo) == "am"
+    git.git(repo, "am", "--abort")
     apply.apply(root, log=quiet)
     assert git.operation_in_progress(repo) is None
     assert git.rev(repo, "HEAD") == good
