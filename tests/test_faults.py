@@ -1886,7 +1886,7 @@ def test_a_first_checkout_cut_short_by_a_full_disk_is_finished(sk, root, cache, 
     after.mkdir()
     code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=["apply"])
     script = (
-        f"mount -t tmpfs -o size=300k tmpfs {repo} && \"$0\" -c \"$1\"; rc=$?; "
+        f'mount -t tmpfs -o size=300k tmpfs {repo} && "$0" -c "$1"; rc=$?; '
         f"cp -a {repo}/. {after}/; exit $rc"
     )
     proc = subprocess.run(
