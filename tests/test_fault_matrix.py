@@ -224,23 +224,28 @@ def _your_am_recover(call, root, facts):
     assert any(ref in res.text for ref in refs_keeping(repo, mine)), res.text
 
 
-def _your_edit_recover(call, root, facts):
-    """The user removes the lock git complains about and stages an edit of a
-    file the stopped patch does not touch, then runs apply: it stops, naming
-    the file, which stays staged; they stash it as the error says, and apply
-    goes on."""
-    repo = work(root)
-    assert (repo / ".git" / "rebase-apply").is_dir()  # the killed git am's
-    for lock in (repo / ".git").rglob("*.lock"):
-        lock.unlink()
-    (repo / "setup.py").write_text(MY_EDIT)
-    g(repo, "add", "setup.py")
-    error_line(call("apply"), "setup.py", "stash")
-    assert g(repo, "show", ":setup.py") == MY_EDIT
-    assert (repo / "setup.py").read_text() == MY_EDIT
-    g(repo, "stash")
-    ok(call("apply"))
-    assert _in_a_stash_or_history(repo, "my staged edit")
+def _your_staged_edit(*argv: str) -> Callable:
+    """The user's way on after a command killed inside its git am or rebase:
+    they remove the lock git complains about and stage an edit of a file
+    that step does not touch, then run the command again: it stops, naming
+    the file, which stays staged; they stash it as the error says, and the
+    command goes on."""
+
+    def recover(call, root, facts):
+        repo = work(root)
+        assert any((repo / ".git" / d).is_dir() for d in ("rebase-apply", "rebase-merge"))
+        for lock in (repo / ".git").rglob("*.lock"):
+            lock.unlink()
+        (repo / "setup.py").write_text(MY_EDIT)
+        g(repo, "add", "setup.py")
+        error_line(call(*argv), "setup.py", "stash")
+        assert g(repo, "show", ":setup.py") == MY_EDIT
+        assert (repo / "setup.py").read_text() == MY_EDIT
+        g(repo, "stash")
+        ok(call(*argv))
+        assert _in_a_stash_or_history(repo, "my staged edit")
+
+    return recover
 
 
 # A base with more files than a cut-short checkout's files are inspected one by one.
@@ -404,20 +409,6 @@ def _docs_check(call, root, facts):
     _no_leftovers(root, repo)
 
 
-def _docs_edit_recover(call, root, facts):
-    """After docs was killed inside its rewrite, the user stages an edit of
-    their own: docs stops, naming it, and leaves it staged; stashed as the
-    error says, docs goes on."""
-    repo = work(root)
-    (repo / "setup.py").write_text(MY_EDIT)
-    g(repo, "add", "setup.py")
-    error_line(call("docs"), "setup.py", "stash")
-    assert g(repo, "show", ":setup.py") == MY_EDIT
-    g(repo, "stash")
-    ok(call("docs"))
-    assert _in_a_stash_or_history(repo, "my staged edit")
-
-
 # --- carry ----------------------------------------------------------------------
 
 
@@ -464,10 +455,17 @@ CASES = {
         "apply, your am", ["apply"], _your_am_setup, _your_am_recover, _apply_check
     ),
     "apply, your staged edit": Case(
-        "apply, your staged edit", ["apply"], _apply_setup, _your_edit_recover, _apply_check
+        "apply, your staged edit", ["apply"], _apply_setup, _your_staged_edit("apply"), _apply_check
     ),
     "apply, full disk": Case(
         "apply, full disk", ["apply"], _many_files_setup, _full_disk_recover, _apply_check
+    ),
+    "apply --continue, your staged edit": Case(
+        "apply --continue, your staged edit",
+        ["apply", "--continue"],
+        _continue_setup,
+        _your_staged_edit("apply", "--continue"),
+        _continue_check,
     ),
     "export": Case("export", ["export"], _export_setup, None, _export_check),
     "rebase": Case(
@@ -485,7 +483,7 @@ CASES = {
     ),
     "docs": Case("docs", ["docs"], _docs_setup, None, _docs_check),
     "docs, your staged edit": Case(
-        "docs, your staged edit", ["docs"], _docs_setup, _docs_edit_recover, _docs_check
+        "docs, your staged edit", ["docs"], _docs_setup, _your_staged_edit("docs"), _docs_check
     ),
     "carry": Case("carry", ["carry", PORT], _carry_setup, _carry_recover, _carry_check),
 }
@@ -514,6 +512,7 @@ KILLS = [
     ("apply, full disk", "git-checkout", "KILL", False, None),
     ("apply, full disk", "git-checkout", "INT", True, None),
     ("apply --continue", "git-am", "KILL", False, None),
+    ("apply --continue, your staged edit", "in-git-am", "KILL", False, 820),
     ("apply --continue", "in-git-am", "KILL", False, 80),
     ("apply --continue", "write#1", "TERM", False, None),
     ("apply --continue", "write#2", "INT", True, None),
