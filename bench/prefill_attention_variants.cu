@@ -5,7 +5,9 @@
 // loads by ctypes (no torch, no vLLM), built against the series' tree.
 //
 // It includes the kernel's translation unit, so every variant is the series'
-// own template with other traits: no kernel code lives here. Only shapes that
+// own template with other traits: no kernel code lives here, apart from the
+// options no shipped shape takes (the ping-pong), which
+// bench/prefill_attention_options.patch adds to a copy of the kernel. Only shapes that
 // a Turing SM can hold are listed (the traits' static_asserts check shared
 // memory; registers are what ptxas reports, spills included, so a variant
 // that spills is measured as the spilling code it is).
@@ -40,7 +42,7 @@ namespace {
   X(PrefillTraits<128, 8, 1, 32, 1, true, true, 1, true>) \
   X(PrefillTraits<128, 4, 2, 32, 1, true, true>)          \
   X(Hd256)                                                \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)       \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)          \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, 1, true>) \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>) \
   X(PrefillTraits<256, 8, 1, 32, 1, false, false>)        \

@@ -21,6 +21,10 @@ sys.path.insert(0, str(ROOT))
 from serieskit.build import build, recipe  # noqa: E402
 
 SOURCE = ROOT / "bench" / "prefill_attention_variants.cu"
+# Options of the kernel template that no shipped shape takes (the ping-pong
+# of warp halves): the sweep measures them from here, the series does not
+# carry them. Applied to a copy of the kernel when the library is built.
+OPTIONS = ROOT / "bench" / "prefill_attention_options.patch"
 KERNEL_FILES = ("paged_prefill_attention_sm75.cu", "paged_prefill_attention_sm75.h")
 PTX = "-gencode=arch=compute_75,code=compute_75"  # the H200 runs it through the driver's JIT
 # PagedPrefillAttentionParams (csrc/sm7x/paged_prefill_attention_sm75.h), in
@@ -139,10 +143,30 @@ def nvcc_command(tree: Path, out: Path, gencode: list[str]) -> list[str]:
     ]
 
 
+def with_options(tree: Path, workdir: Path) -> Path:
+    """A copy of ``tree``'s kernel files with :data:`OPTIONS` applied."""
+    dest = workdir / "kernel-with-options"
+    kernel = dest / "csrc" / "sm7x"
+    kernel.mkdir(parents=True, exist_ok=True)
+    for name in KERNEL_FILES:
+        (kernel / name).write_bytes((tree / "csrc" / "sm7x" / name).read_bytes())
+    proc = subprocess.run(
+        ["git", "apply", str(OPTIONS)], cwd=dest, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        sys.exit(
+            f"error: {OPTIONS.relative_to(ROOT)} does not apply to {tree}'s kernel "
+            f"({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'git apply failed'}): "
+            "remake it as the diff from the series' kernel to the kernel with the options"
+        )
+    return dest
+
+
 def build_library(tree: Path, workdir: Path, gencode: list[str]) -> tuple[Path, list[build.Usage]]:
     """The sweep's library and ptxas's usage of its functions."""
     if not (tree / "csrc" / "sm7x" / "paged_prefill_attention_sm75.cu").is_file():
         sys.exit(f"error: {tree} holds no csrc/sm7x kernel: apply the series first (nox -s apply)")
+    tree = with_options(tree, workdir)
     lib = workdir / "libsm75_prefill_variants.so"
     proc = subprocess.run(nvcc_command(tree, lib, gencode), capture_output=True, text=True)
     if proc.returncode != 0:
