@@ -21,10 +21,6 @@ sys.path.insert(0, str(ROOT))
 from serieskit.build import build, recipe  # noqa: E402
 
 SOURCE = ROOT / "bench" / "prefill_attention_variants.cu"
-# Options of the kernel template that no shipped shape takes (the ping-pong
-# of warp halves): the sweep measures them from here, the series does not
-# carry them. Applied to a copy of the kernel when the library is built.
-OPTIONS = ROOT / "bench" / "prefill_attention_options.patch"
 KERNEL_FILES = ("paged_prefill_attention_sm75.cu", "paged_prefill_attention_sm75.h")
 PTX = "-gencode=arch=compute_75,code=compute_75"  # the H200 runs it through the driver's JIT
 # PagedPrefillAttentionParams (csrc/sm7x/paged_prefill_attention_sm75.h), in
@@ -75,9 +71,10 @@ TRAITS_KEYS = (
 
 
 def traits_key(shape: dict) -> tuple:
-    """A shape of :func:`variants` as prefill_attention_static.traits_of reads
-    it from the kernel's name: the later options only where not their
-    defaults."""
+    """A shape of :func:`variants` (or of an older sweep's results file,
+    which may name the ping-pong, measured slower and dropped on 2026-12-02)
+    as prefill_attention_static.traits_of reads it from the kernel's name:
+    the later options only where not their defaults."""
     sets = shape.get("score_sets", 1)
     return (
         tuple(int(shape[k]) for k in TRAITS_KEYS)
@@ -143,30 +140,10 @@ def nvcc_command(tree: Path, out: Path, gencode: list[str]) -> list[str]:
     ]
 
 
-def with_options(tree: Path, workdir: Path) -> Path:
-    """A copy of ``tree``'s kernel files with :data:`OPTIONS` applied."""
-    dest = workdir / "kernel-with-options"
-    kernel = dest / "csrc" / "sm7x"
-    kernel.mkdir(parents=True, exist_ok=True)
-    for name in KERNEL_FILES:
-        (kernel / name).write_bytes((tree / "csrc" / "sm7x" / name).read_bytes())
-    proc = subprocess.run(
-        ["git", "apply", str(OPTIONS)], cwd=dest, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        sys.exit(
-            f"error: {OPTIONS.relative_to(ROOT)} does not apply to {tree}'s kernel "
-            f"({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'git apply failed'}): "
-            "remake it as the diff from the series' kernel to the kernel with the options"
-        )
-    return dest
-
-
 def build_library(tree: Path, workdir: Path, gencode: list[str]) -> tuple[Path, list[build.Usage]]:
     """The sweep's library and ptxas's usage of its functions."""
     if not (tree / "csrc" / "sm7x" / "paged_prefill_attention_sm75.cu").is_file():
         sys.exit(f"error: {tree} holds no csrc/sm7x kernel: apply the series first (nox -s apply)")
-    tree = with_options(tree, workdir)
     lib = workdir / "libsm75_prefill_variants.so"
     proc = subprocess.run(nvcc_command(tree, lib, gencode), capture_output=True, text=True)
     if proc.returncode != 0:
@@ -207,20 +184,19 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 11)()
+        s = (ctypes.c_int * 10)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, pp = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets = list(s)
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the S accumulator
-                # sets where there are more than one, the ping-pong where on:
-                # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2.pp.
+                # sets where there are more than one: hd128.w8m1k64c1,
+                # hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
-                + ("" if sets == 1 else f".s{sets}")
-                + (".pp" if pp else ""),
+                + ("" if sets == 1 else f".s{sets}"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -232,7 +208,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "shipped": bool(shipped),
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
-                "ping_pong": pp,
             }
         )
     return out
