@@ -14,6 +14,11 @@ after warm-up:
 - the kernel with the automatic split (num_splits=0, what the route runs),
 - the kernel without split-KV (num_splits=1),
 - TRITON_ATTN's unified Triton kernel on the same inputs,
+- at the longest context, the kernel on as many SMs as a Turing GPU has (72
+  for an RTX 8000 / RTX 6000, 40 for a T4), through a CUDA green context of
+  that many SMs where torch and the driver offer one, with the split count
+  the kernel's rule picks for that many SMs (CUDA events: a green context's
+  stream is not captured),
 
 and an mma.sync m16n8k8 (fp16 in, fp32 accumulate) ceiling microbenchmark
 built as compute_75 PTX in the same run. It reports time, TFLOPS (causal
@@ -39,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from timing import time_graph  # noqa: E402
+from timing import time_events, time_graph  # noqa: E402
+from turing_cycle_model import splits_for  # noqa: E402
 
 try:  # the GPU machine's; document() and the figures need none of it
     import torch
@@ -50,6 +56,13 @@ HEAD_DIMS = (64, 128, 256)
 HEADS, KV_HEADS, PAGE = 12, 2, 16
 QUERY = 2048
 CONTEXTS = (0, 8 * 1024, 32 * 1024, 150 * 1024)
+# SMs of the Turing GPUs the series is for: RTX 8000 / RTX 6000, T4.
+TURING_SMS = (72, 40)
+# CTAs per SM of each head dim's shipped shape (its traits' launch bound,
+# which sm_75's registers and 64 KiB of shared memory allow:
+# results/sm75_static_paged_prefill_attention_hd.json).
+TURING_CTAS_PER_SM = {64: 2, 128: 1, 256: 1}
+ROWS_PER_CTA = 128  # packed query rows (tokens x query heads per KV head)
 
 MMA_SRC = r"""
 #include <cstdio>
@@ -179,6 +192,14 @@ def main() -> int:
     ap.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
     ap.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
     ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument(
+        "--sms",
+        type=int,
+        nargs="*",
+        default=list(TURING_SMS),
+        help="SM counts to time the longest context on as well (a green context each); "
+        "none: skip",
+    )
     a = ap.parse_args()
 
     from vllm.v1.attention.ops.paged_prefill_attention_sm75 import (
@@ -197,6 +218,7 @@ def main() -> int:
         ceiling = mma_ceiling(Path(tmp))
     print(f"mma.sync m16n8k8 ceiling: {ceiling['tflops']:.1f} TFLOP/s", flush=True)
 
+    props = torch.cuda.get_device_properties(0)
     rows = []
     for head in a.head_dims:
         for ctx in a.contexts:
@@ -209,11 +231,12 @@ def main() -> int:
                     ceiling,
                     paged_prefill_attention_sm75,
                     unified_attention,
+                    a.sms if ctx == max(a.contexts) else (),
+                    props.multi_processor_count,
                 )
             )
             torch.cuda.empty_cache()
 
-    props = torch.cuda.get_device_properties(0)
     run = {"sm_count": props.multi_processor_count, "triton": _version("triton")}
     doc = document(
         rows,
@@ -226,9 +249,53 @@ def main() -> int:
     return 0
 
 
-def run_case(head, q_len, ctx, reps, ceiling, kernel, unified_attention) -> dict:
+def on_sms(num_sms: int, fn, reps: int) -> dict:
+    """``fn`` timed with CUDA events on a green context of ``num_sms`` SMs
+    (torch.cuda.green_contexts: 2.10 and 2.11 make it current, later
+    releases hand out a stream of it)."""
+    from torch.cuda.green_contexts import GreenContext
+
+    gc = GreenContext.create(num_sms=num_sms, device_id=torch.cuda.current_device())
+    if hasattr(gc, "Stream"):
+        with torch.cuda.stream(gc.Stream()):
+            return time_events(fn, reps, 3)
+    gc.set_context()
+    try:
+        return time_events(fn, reps, 3)
+    finally:
+        gc.pop_context()
+
+
+def run_on_turing_sms(row: dict, kern, head: int, q_len: int, sms, reps, ceiling, device_sms):
+    """The kernel on each SM count of ``sms``, with the split count the
+    launcher's rule gives a GPU of that many SMs (it reads the device's own
+    count, which a green context does not change)."""
+    ctas = math.ceil(q_len * HEADS // KV_HEADS / ROWS_PER_CTA) * KV_HEADS
+    for n in sms:
+        splits = splits_for(ctas, n * TURING_CTAS_PER_SM[head])
+        try:
+            t = on_sms(n, kern(splits), max(5, reps // 3))
+        except Exception as e:  # no green contexts in this torch / driver
+            row.setdefault("on_sms", {})[str(n)] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"d{head:3d} on {n} SMs: not run ({type(e).__name__}: {e})", flush=True)
+            continue
+        t["splits"] = splits
+        t["tflops"] = row["flops"] / (t["median_ms"] * 1e-3) / 1e12
+        # Against the ceiling scaled to the SMs the kernel had.
+        t["fraction_of_mma_ceiling"] = t["tflops"] / (ceiling["tflops"] * n / device_sms)
+        row.setdefault("on_sms", {})[str(n)] = t
+        print(
+            f"d{head:3d} {q_len:5d} on {n:3d} SMs, {splits} splits: {t['median_ms']:8.3f} ms "
+            f"({100 * t['fraction_of_mma_ceiling']:.1f} % of the ceiling for {n} SMs)",
+            flush=True,
+        )
+
+
+def run_case(
+    head, q_len, ctx, reps, ceiling, kernel, unified_attention, sms=(), device_sms=0
+) -> dict:
     """One head dim and context: the kernel with and without split-KV and
-    TRITON_ATTN, each in a CUDA graph."""
+    TRITON_ATTN, each in a CUDA graph; and on each of ``sms`` SMs."""
     inp = make_inputs(q_len, ctx, head)
     out = torch.empty_like(inp["query"])
     flops = causal_flops(q_len, ctx, head)
@@ -279,6 +346,7 @@ def run_case(head, q_len, ctx, reps, ceiling, kernel, unified_attention) -> dict
             f"{row['max_abs_diff_vs_triton_attn']:.2e}"
         )
     print(line, flush=True)
+    run_on_turing_sms(row, kern, head, q_len, sms, reps, ceiling, device_sms)
     return row
 
 
@@ -321,6 +389,23 @@ def figures(rows: list[dict], ceiling: dict) -> dict:
             f"{what}{q} after {ctx:,}: automatic split, fraction of the mma.sync ceiling",
             f"rows[{i}].auto_split.fraction_of_mma_ceiling",
         )
+        for n, t in row.get("on_sms", {}).items():
+            if "median_ms" not in t:
+                continue
+            out[f"{key}.on_{n}_sms_ms"] = results.figure(
+                t["median_ms"],
+                "ms",
+                f"{what}{q} after {ctx:,} on {n} of the GPU's SMs (a green context), "
+                f"{t['splits']} splits, median (CUDA events)",
+                f"rows[{i}].on_sms.{n}.median_ms",
+            )
+            out[f"{key}.on_{n}_sms_fraction_of_ceiling"] = results.figure(
+                t["fraction_of_mma_ceiling"],
+                "fraction",
+                f"{what}{q} after {ctx:,} on {n} SMs: fraction of the mma.sync ceiling "
+                f"scaled to {n} SMs",
+                f"rows[{i}].on_sms.{n}.fraction_of_mma_ceiling",
+            )
         if "speedup_vs_triton_attn" in row:
             out[f"{key}.speedup_vs_triton_attn"] = results.figure(
                 row["speedup_vs_triton_attn"],

@@ -71,9 +71,10 @@ TRAITS_KEYS = (
 
 
 def traits_key(shape: dict) -> tuple:
-    """A shape of :func:`variants` as prefill_attention_static.traits_of reads
-    it from the kernel's name: the later options only where not their
-    defaults."""
+    """A shape of :func:`variants` (or of an older sweep's results file,
+    which may name the ping-pong, measured slower and dropped on 2026-12-02)
+    as prefill_attention_static.traits_of reads it from the kernel's name:
+    the later options only where not their defaults."""
     sets = shape.get("score_sets", 1)
     return (
         tuple(int(shape[k]) for k in TRAITS_KEYS)
@@ -183,20 +184,19 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 11)()
+        s = (ctypes.c_int * 10)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, pp = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets = list(s)
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the S accumulator
-                # sets where there are more than one, the ping-pong where on:
-                # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2.pp.
+                # sets where there are more than one: hd128.w8m1k64c1,
+                # hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
-                + ("" if sets == 1 else f".s{sets}")
-                + (".pp" if pp else ""),
+                + ("" if sets == 1 else f".s{sets}"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -208,7 +208,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "shipped": bool(shipped),
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
-                "ping_pong": pp,
             }
         )
     return out

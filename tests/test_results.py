@@ -195,6 +195,38 @@ def test_prefill_attention_bench_names_figures_per_head_dim():
     assert bench.causal_flops(2, 3, 64) == 4 * 64 * bench.HEADS * (4 + 5)
 
 
+def test_prefill_attention_bench_reports_turing_sm_counts():
+    """The longest context on 72 and 40 SMs: the split the kernel's rule
+    gives that many SMs, figures per SM count, and a count that could not
+    run (no green context) recorded without a figure."""
+    bench = script("bench/prefill_attention.py")
+    timing = {"median_ms": 2.0, "tflops": 100.0, "fraction_of_mma_ceiling": 0.5}
+    row = {
+        "head_dim": 256,
+        "query_len": 2048,
+        "context_len": 153600,
+        "flops": bench.causal_flops(2048, 153600, 256),
+        "no_split": timing,
+        "auto_split": timing,
+        "on_sms": {
+            "72": dict(timing, median_ms=3.5, splits=2, fraction_of_mma_ceiling=0.45),
+            "40": {"error": "RuntimeError: no green contexts"},
+        },
+    }
+    doc = bench.document([row], {"tflops": 200.0}, {}, H200X2, SERIES)
+    assert results.validate(doc) == []
+    fig = doc["figures"]
+    assert fig["hd256.q2048_ctx153600.on_72_sms_ms"]["value"] == 3.5
+    assert fig["hd256.q2048_ctx153600.on_72_sms_fraction_of_ceiling"]["value"] == 0.45
+    assert not any("on_40_sms" in k for k in fig)
+    # 2048 tokens x 6 query heads per KV head in 128-row CTAs, 2 KV heads: 192
+    # CTAs; one per SM at head dim 256 on 72 SMs takes 3 splits (576 on 216
+    # slots: 2.67 waves of 1/3 against 3 waves unsplit), on 40 SMs none (4.8
+    # waves unsplit; no split finishes sooner).
+    assert bench.splits_for(192, 72 * bench.TURING_CTAS_PER_SM[256]) == 3
+    assert bench.splits_for(192, 40 * bench.TURING_CTAS_PER_SM[256]) == 1
+
+
 def test_both_attention_benches_call_triton_attn_the_same_way():
     bench = script("bench/prefill_attention.py")
     keys = ("query", "key_cache", "value_cache", "cu_seqlens_q", "seq_lens", "block_table")

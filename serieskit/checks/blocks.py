@@ -46,14 +46,6 @@ ONE_GPU: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             ("q2048_ctx153600.no_split_ms", "q2048_ctx153600.auto_split_ms"),
         )
     ],
-    # Options no head dim takes: the shapes sweep is their only GPU evidence.
-    "turing-prefill-sweep-options": [
-        (
-            "two S accumulator sets at head dim 256, 2048 after 153,600: {} against {} for "
-            "the shipped shape; the ping-pong: not run",
-            ("hd256.w8m1k16c1.s2.ctx153600.ms", "hd256.w8m1k16c1.ctx153600.ms"),
-        )
-    ],
     "nvfp4-sm7x-dequant": [
         (
             "dequantization at {} / {} of the copy bandwidth (checkpoint / Marlin layout)",
