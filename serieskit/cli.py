@@ -12,16 +12,18 @@ resolved here once into a :class:`~serieskit.series.target.Target` and passed do
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from serieskit import files, results, status
+from serieskit import files, git, results, status
 from serieskit.build import build, overlay, recipe, wheel
 from serieskit.checks import docs, figures, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, export, resume, safety, series, target
 from serieskit.series.target import Target
+from serieskit.state import State
 from serieskit.upstream import carry, rebase, rebase_check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +126,10 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
             jobs=jobs,
             pycache=t.out("pycache"),
         )
+        state = State.load(t)
+        if state.base and (head := git.rev(tree, "HEAD")):
+            ran = results.series_block(tree, state.base, head, state.base_label or "?")
+            (t.out("test-results") / runner.RAN).write_text(json.dumps(ran, indent=2) + "\n")
         if rc:
             dest = t.out("pr") / "coverage" / f"{slug}.json"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +184,7 @@ def cmd_pr(args: argparse.Namespace, t: Target) -> None:
         gh=args.gh,
         upstream=args.upstream,
         upstream_ref=args.upstream_ref,
+        examples=args.examples,
     )
 
 
@@ -391,6 +398,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     pr.add_argument(
         "--upstream-ref", default="HEAD", help="the ref of --upstream to check (default: HEAD)"
+    )
+    pr.add_argument(
+        "--examples",
+        action="store_true",
+        help="write reports/pr/<name>/body.md and check.json, the committed examples, as the "
+        "example contributor (with --check: fail where they differ, as CI does)",
     )
     return p
 

@@ -96,11 +96,13 @@ def test_committed_pipeline_runs_what_ci_must():
         "python -m serieskit lint",
         "python -m serieskit test",
         "python -m serieskit test --upstream-only",
+        "python -m serieskit pr --examples --check",
     ]
     installs = [s.install for s in p.stages if s.install]
     assert installs == ["ci", "series"]
     names = [s.name for s in p.stages]  # the series' requirements after apply makes the tree
     assert names.index("apply") < names.index("test requirements") < names.index("series tests")
+    assert names.index("series tests") < names.index("pr examples")  # bodies quote its counts
     # The README's main command is the stages that do what it does.
     assert p.main == pipeline.MainCommand(
         "python3 -m nox -s apply build test",

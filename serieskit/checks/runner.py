@@ -29,6 +29,10 @@ from pathlib import Path
 from serieskit import results
 from serieskit.errors import ToolkitError
 
+# Beside the JUnit files: the series they ran on (results.series_block), so
+# that a pull request's body says which revision its CPU counts are of.
+RAN = "series.json"
+
 
 @dataclass
 class Outcome:

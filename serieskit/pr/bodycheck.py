@@ -1,9 +1,9 @@
 """What a reviewer reads: the checks of a body that stands without this repository.
 
-- the template's checklist: the items the body backs are ticked
-  (:func:`tick`); the contributor's own declarations ("AI assistance was
-  used", "I used ... skill") are theirs to answer and stay as they are;
-  any other unticked item is a problem (a new template item nobody handled);
+- what only a person can vouch for (the checklist's boxes, the tests run
+  locally, AI assistance, the duplicate search) is left to the contributor:
+  nothing is ticked for them, and :func:`contributor_block` asks for the
+  statements (:func:`left` says what is left);
 - no placeholder of the template left ("PLEASE FILL IN ...");
 - none of this project's words ("seed", "series", "toolkit", "stale", a raw
   ``None``) outside code;
@@ -19,20 +19,30 @@ from collections.abc import Callable
 
 ITEM = re.compile(r"^(\s*[-*] )\[([ xX])\] (.*)$")
 
-# Checklist items by what they ask -> the body's blocks (any of each tuple) that answer it.
-BACKED: list[tuple[re.Pattern, tuple[tuple[str, ...], ...]]] = [
-    (re.compile(r"purpose of the PR", re.I), (("overview",),)),
-    (re.compile(r"test plan", re.I), (("test_plan",),)),
-    (re.compile(r"test results", re.I), (("claims", "test_results"),)),
-    (re.compile(r"documentation update", re.I), (("docs",),)),
-    (re.compile(r"Design Fit", re.I), (("details",),)),
-    (re.compile(r"Testing and Validation", re.I), (("test_plan",), ("claims", "test_results"))),
-    (re.compile(r"Code Quality and Style", re.I), (("precommit_ok",),)),
-    (re.compile(r"Pull Request Contents", re.I), (("overview",), ("claims",), ("details",))),
-]
-# The contributor's statements about how they worked: never answered for them.
-DECLARATIONS = re.compile(r"\bI used\b|\bAI assistance\b|\bI (?:have|am|confirm)\b", re.I)
-OPTIONAL = re.compile(r"^\(Optional\)", re.I)
+# What only the person opening the pull request can vouch for: never said for
+# them. The body asks for each as a statement to fill in (vLLM's AGENTS.md
+# asks AI-assisted work for the tests run, the duplicate search and a clear
+# statement of AI assistance); the checklist's boxes stay unticked.
+STATEMENTS = (
+    ("Tests I ran locally", "the commands you ran and their results"),
+    ("AI assistance", "whether AI assistance was used, and for what"),
+    (
+        "Not a duplicate",
+        "why no open pull request or issue already does this, from your search of them",
+    ),
+)
+
+
+def contributor_block() -> str:
+    """The statements left to the contributor, after one line that says so."""
+    lines = [
+        "**Left to the contributor:** the checklist's boxes and these statements, "
+        "which only the person opening this pull request can make:",
+        "",
+    ]
+    lines += [f"- {label}: [contributor: {ask}]" for label, ask in STATEMENTS]
+    return "\n".join(lines)
+
 
 PLACEHOLDERS = re.compile(r"PLEASE FILL IN|\bTODO\b|\bTBD\b|\bFIXME\b|<to be [a-z]+>")
 
@@ -54,42 +64,11 @@ PATH = re.compile(
 )
 
 
-def _answered(pattern_blocks: tuple[tuple[str, ...], ...], blocks: dict[str, str]) -> bool:
-    return all(any(blocks.get(n) for n in group) for group in pattern_blocks)
-
-
-def tick(body: str, blocks: dict[str, str]) -> str:
-    """Tick the checklist items that the filled blocks answer."""
-    out = []
-    for line in body.splitlines():
-        m = ITEM.match(line)
-        if m and m.group(2) == " " and not DECLARATIONS.search(m.group(3)):
-            need = next((b for p, b in BACKED if p.search(m.group(3))), None)
-            if need is not None and _answered(need, blocks):
-                line = f"{m.group(1)}[x] {m.group(3)}"
-        out.append(line)
-    return "\n".join(out) + ("\n" if body.endswith("\n") else "")
-
-
-def declarations(body: str) -> list[str]:
-    """The checklist's unticked statements the contributor answers."""
-    return [
-        m.group(3).strip()
-        for m in map(ITEM.match, body.splitlines())
-        if m and m.group(2) == " " and DECLARATIONS.search(m.group(3))
-    ]
-
-
-def unhandled(body: str) -> list[str]:
-    """Unticked checklist items that are neither declarations nor optional."""
-    return [
-        f"checklist item not answered by the body: {m.group(3).strip()[:80]!r}"
-        for m in map(ITEM.match, body.splitlines())
-        if m
-        and m.group(2) == " "
-        and not DECLARATIONS.search(m.group(3))
-        and not OPTIONAL.match(m.group(3).strip())
-    ]
+def left(body: str) -> str:
+    """What the body leaves to the contributor, in one line."""
+    boxes = sum(1 for m in map(ITEM.match, body.splitlines()) if m and m.group(2) == " ")
+    said = [label for label, _ in STATEMENTS if f"- {label}: [contributor: " in body]
+    return "; ".join(([f"the checklist's {boxes} boxes"] if boxes else []) + said) or "nothing"
 
 
 def prose(body: str) -> str:

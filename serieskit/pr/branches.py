@@ -4,8 +4,10 @@ For each group this builds a branch on the series' base in the work tree, as
 ``refs/series/pr/<name>/v<N>``: the commits of the groups it depends on first
 (fork PRs cannot stack natively, so an upper PR carries the lower commits),
 then its own, each re-signed with the contributor's identity and a DCO
-``Signed-off-by``; the toolkit's own trailers (``Patch-Name``, the
-placeholder sign-off) and the files of patches in no group (the
+``Signed-off-by`` (every earlier sign-off dropped: the contributor certifies
+the branch), a commit derived from the original pull request crediting its
+author (the group's ``co_author``) with ``Co-authored-by``; the toolkit's
+``Patch-Name`` trailers and the files of patches in no group (the
 toolkit-only ones) are left out.
 """
 
@@ -30,6 +32,20 @@ PLACEHOLDER = f"Signed-off-by: {git.COMMITTER[0]} <{git.COMMITTER[1]}>"
 
 
 SIGNOFF = re.compile(r"^[^<>]+ <[^<>@\s]+@[^<>\s]+>$")
+
+# A manifest ``seed`` field that names a commit or a pull request of the
+# original work ("commit 3 (...)", "stacked #1216", "extends commits 1 and 5"):
+# the patch derives from it and credits its author; "none: ..." does not.
+DERIVES = re.compile(r"\bcommits? \d|#\d+")
+
+
+def derived(t: Target) -> set[str]:
+    """Names of the patches whose manifest ``seed`` names original work."""
+    return {
+        e["name"]
+        for e in series.read_manifest(t)
+        if "name" in e and DERIVES.search(str(e.get("seed", "")))
+    }
 
 
 def onto_target(root: Path, onto: str | None) -> Target:
@@ -61,22 +77,22 @@ def series_commits(repo, base_commit: str) -> dict[str, Any]:
     return out
 
 
-def resign_message(message: str, signoff: str) -> str:
-    """Strip the toolkit's trailers; append the contributor's sign-off once."""
+def resign_message(message: str, signoff: str, co_author: str | None = None) -> str:
+    """Drop the toolkit's trailer and every sign-off; credit ``co_author``
+    once; end with the contributor's sign-off."""
     lines = [
         line
         for line in message.rstrip("\n").split("\n")
-        if line.strip() != PLACEHOLDER and not line.startswith(f"{series.NAME_TRAILER}:")
+        if not line.startswith((f"{series.NAME_TRAILER}:", "Signed-off-by:"))
     ]
     while lines and not lines[-1].strip():
         lines.pop()
-    sob = f"Signed-off-by: {signoff}"
-    if sob not in lines:
-        last = lines[-1] if lines else ""
-        if not re.match(r"^[A-Za-z-]+: ", last) or len(lines) < 3:
-            lines.append("")
-        lines.append(sob)
-    return "\n".join(lines) + "\n"
+    credit = f"Co-authored-by: {co_author}"
+    trailers = [credit] if co_author and credit not in lines else []
+    last = lines[-1] if lines else ""
+    if not re.match(r"^[A-Za-z-]+: ", last) or len(lines) < 3:
+        lines.append("")
+    return "\n".join([*lines, *trailers, f"Signed-off-by: {signoff}"]) + "\n"
 
 
 def identity(signoff: str) -> tuple[str, str]:
@@ -96,10 +112,13 @@ class Built:
     lower: str | None = None  # head of the PR it stacks on
     problems: list[str] = field(default_factory=list)
     left_out: dict[str, list[str]] = field(default_factory=dict)
+    # commit -> the Co-authored-by it must carry (its stack's derived commits)
+    credit: dict[str, str] = field(default_factory=dict)
 
 
-def _pick(root: Path, wt: Path, commit, exclude: list[str], signoff: str) -> str | None:
-    """One series commit onto the worktree's HEAD, re-signed; its problem or None."""
+def _pick(wt: Path, commit, exclude: list[str], signoff: str, co_author: str | None) -> str | None:
+    """One series commit onto the worktree's HEAD, re-signed (crediting
+    ``co_author``); its problem or None."""
     spec = [":(exclude)" + p for p in exclude]
     mbox = git.git(
         wt,
@@ -130,7 +149,7 @@ def _pick(root: Path, wt: Path, commit, exclude: list[str], signoff: str) -> str
         git.run(wt, "am", "--abort")
         out = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()
         return f"{commit.summary} does not apply: " + " | ".join(out[-3:])
-    message = resign_message(commit.message, signoff)
+    message = resign_message(commit.message, signoff, co_author)
     git.git(
         wt,
         "commit",
@@ -165,6 +184,7 @@ def build_branches(
     base_commit = state.base
     assert base_commit
     commits = series_commits(repo, base_commit)
+    derives = derived(t)
     grouped = {p for g in groups for p in g.patches}
     names = list(commits)
     last = max((names.index(p) for p in grouped if p in commits), default=-1)
@@ -204,6 +224,7 @@ def build_branches(
                 )
                 continue
             b.lower = lower.head if lower else None
+            b.credit = dict(lower.credit) if lower else {}
             git.git(wt, "checkout", "-q", "--detach", b.lower or base_commit)
             for p in sorted(g.patches, key=lambda x: names.index(x) if x in names else -1):
                 if p not in commits:
@@ -212,9 +233,13 @@ def build_branches(
                 touched = {d.b_path or d.a_path for d in commits[p].parents[0].diff(commits[p])}
                 if left := sorted(touched & set(exclude)):
                     b.left_out[p] = left
-                if problem := _pick(t.root, wt, commits[p], exclude, signoff):
+                co_author = g.co_author if p in derives else None
+                before = git.rev(wt, "HEAD")
+                if problem := _pick(wt, commits[p], exclude, signoff, co_author):
                     b.problems.append(problem)
                     break
+                if co_author and (picked := git.rev(wt, "HEAD")) != before and picked:
+                    b.credit[picked] = co_author
             if b.problems:
                 continue
             b.head = head = git.rev(wt, "HEAD") or ""

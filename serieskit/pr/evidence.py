@@ -16,6 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from serieskit.checks.runner import RAN
 from serieskit.pr import claims
 from serieskit.pr.markdown import table
 from serieskit.state import WORK
@@ -32,8 +33,23 @@ def release(base: str) -> str:
     return f"vLLM {version}" if version else (base or "an unrecorded base")
 
 
-def machine_words(m: dict) -> str:
-    """The machine of a results file in words, with what its figures are."""
+class Said:
+    """The qualifiers a body has said: each is said once, where it first
+    applies; later mentions of the same machine or prior run leave it out."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def once(self, text: str) -> bool:
+        """Whether ``text`` is said here (the first time)."""
+        new = text not in self.seen
+        self.seen.add(text)
+        return new
+
+
+def machine_words(m: dict, said: Said | None = None) -> str:
+    """The machine of a results file in words, with what its figures are
+    (that qualifier once per body where ``said`` is given)."""
     gpu, n = str(m.get("gpu") or ""), int(m.get("gpus") or 1)
     name = re.fullmatch(r"(?:(\d+) x )?(.+)", str(m.get("name") or ""))
     if "gpu" not in m and name and "CPU" not in name.group(2):
@@ -52,11 +68,20 @@ def machine_words(m: dict) -> str:
     if VOLTA.search(gpu):
         return text + ", Volta"
     if "compute_75 PTX" in str(m.get("label", "")):
-        return (
-            f"{text} running the sm_75 code through compute_75 PTX: correctness and "
-            f"relative speed on the {short}, not Turing speed"
-        )
-    return f"{text}: {short} results, not Turing or Volta ones"
+        text += " running the sm_75 code through compute_75 PTX"
+        what = f"correctness and relative speed on the {short}, not Turing speed"
+    else:
+        what = f"{short} results, not Turing or Volta ones"
+    return f"{text}: {what}" if said is None or said.once(what) else text
+
+
+def prior_words(prior: str, said: Said | None = None) -> str:
+    """A claim's ``prior`` words, their closing parenthesis (what the earlier
+    version lacked) once per body where ``said`` is given."""
+    m = re.fullmatch(r"(.+?) (\(.+\))", prior)
+    if m and said is not None and not said.once(m.group(2)):
+        return m.group(1)
+    return prior
 
 
 def software(m: dict, base: str) -> str:
@@ -64,11 +89,11 @@ def software(m: dict, base: str) -> str:
     return release(base) + (f", torch {torch}" if torch else "")
 
 
-def measured_on(c: claims.Checked) -> str:
+def measured_on(c: claims.Checked, said: Said | None = None) -> str:
     """Where and when a claim's figure was measured, in words."""
-    parts = [machine_words(c.machine)]
+    parts = [machine_words(c.machine, said)]
     if c.other_base:
-        parts.append(c.claim.prior or "")
+        parts.append(prior_words(c.claim.prior or "", said))
     else:
         parts.append(software(c.machine, c.base))
         if any(p.startswith("stale:") for p in c.problems):
@@ -91,30 +116,32 @@ def _value(c: claims.Checked) -> str:
     return claims.fmt(c.value, c.claim.unit)
 
 
-def claims_block(checked: list[claims.Checked], hand: str = "") -> str:
+def claims_block(checked: list[claims.Checked], hand: str = "", said: Said | None = None) -> str:
     """The headline figures first, as sentences; the others in a table; the
-    files changed since a run with the reason the figure holds."""
+    files changed since a run with the reason the figure holds. A figure
+    from the same run as the one before it says so instead of its machine."""
     parts = [hand] if hand else []
     heads = [c for c in checked if c.claim.headline]
+    before = ""
     if heads:
-        bullets, before = [], ""
+        bullets = []
         for c in heads:
             where, how = measured_on(c), c.claim.how.rstrip(".")
             bullets.append(
                 f"- {c.claim.label}: **{_value(c)}**{_compare(c)}."
                 + (f" {how[:1].upper()}{how[1:]}." if how else "")
-                + (" The same run." if where == before else f" On {where}.")
+                + (" The same run." if where == before else f" On {measured_on(c, said)}.")
             )
             before = where
         parts.append("\n".join(bullets))
     rest = [c for c in checked if not c.claim.headline]
     if rest:
-        rows, before = [], ""
+        rows = []
         for c in rest:
             where, vs = measured_on(c), ""
             if c.claim.vs:
                 vs = f" ({c.claim.vs_label}: {claims.fmt(c.vs_value, c.claim.unit)})"
-            same = "as above" if where == before else where
+            same = "the same run as above" if where == before else measured_on(c, said)
             rows.append([c.claim.label, _value(c) + vs, same, c.claim.how])
             before = where
         parts.append(
@@ -152,8 +179,9 @@ def results_files(root: Path, base_label: str | None = None) -> list[tuple[str, 
     return out
 
 
-def junit(root: Path, test_file: str) -> dict[str, int] | None:
-    """CPU counts of one test file from the CPU test run's JUnit XML, if present."""
+def junit(root: Path, test_file: str) -> tuple[dict[str, int], dict] | None:
+    """CPU counts of one test file from the CPU test run's JUnit XML, if
+    present, with the ``series`` block of the tree that run tested."""
     folder = root / WORK / "test-results"
     for xml in folder.glob("*.xml") if folder.is_dir() else []:
         try:
@@ -165,7 +193,12 @@ def junit(root: Path, test_file: str) -> dict[str, int] | None:
             stem = test_file[:-3].replace("/", ".")
             if any(n == stem or n.endswith(stem.split(".")[-1]) for n in names):
                 t, f, e, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
-                return {"passed": t - f - e - sk, "failed": f, "errors": e, "skipped": sk}
+                try:
+                    ran = json.loads((folder / RAN).read_text())
+                except (OSError, json.JSONDecodeError):
+                    ran = {}  # a run before the series was recorded: of no known revision
+                counts = {"passed": t - f - e - sk, "failed": f, "errors": e, "skipped": sk}
+                return counts, ran
     return None
 
 
@@ -182,7 +215,11 @@ def revision(data: dict, blobs: dict[str, set[str | None]]) -> tuple[int, str]:
 
 
 def tests_block(
-    root: Path, files: list[str], blobs: dict[str, set[str | None]], base_label: str
+    root: Path,
+    files: list[str],
+    blobs: dict[str, set[str | None]],
+    base_label: str,
+    said: Said | None = None,
 ) -> tuple[str, str]:
     """The pull request's own test files, each once: (how to run them, per
     file the newest run on this base, this revision's first)."""
@@ -199,8 +236,8 @@ def tests_block(
     rows = []
     runs = [(n, d) for n, d in results_files(root, base_label) if d.get("kind") == "tests"]
     for f in files:
-        cpu = junit(root, f)
-        if cpu:
+        if found := junit(root, f):
+            cpu, tested = found
             rows.append(
                 [
                     f"`{f}`",
@@ -208,7 +245,7 @@ def tests_block(
                     str(cpu["passed"]),
                     str(cpu["failed"] + cpu["errors"]),
                     str(cpu["skipped"]),
-                    "this revision",
+                    revision({"series": tested}, blobs)[1],
                 ]
             )
         hits = [(revision(d, blobs), d) for _, d in runs if f in d.get("test_files", {})]
@@ -221,7 +258,7 @@ def tests_block(
         rows.append(
             [
                 f"`{f}`",
-                f"{machine_words(d['machine'])}; {ran}; {str(d.get('date', ''))[:10]}",
+                f"{machine_words(d['machine'], said)}; {ran}; {str(d.get('date', ''))[:10]}",
                 str(c["passed"]),
                 str(c["failed"] + c["errors"]),
                 str(c["skipped"]),
@@ -242,7 +279,9 @@ def _numbers(x: object) -> list[float]:
     return [n for i in items for n in _numbers(i)]
 
 
-def ab_block(root: Path, path: str | None, checked: list[claims.Checked]) -> str:
+def ab_block(
+    root: Path, path: str | None, checked: list[claims.Checked], said: Said | None = None
+) -> str:
     """The end-to-end A/B's arms, labelled with their machine and base (and
     the claims' ``prior`` words where it ran on another base)."""
     if not path or not (root / path).is_file():
@@ -278,10 +317,15 @@ def ab_block(root: Path, path: str | None, checked: list[claims.Checked]) -> str
         )
     of_file = [c for c in checked if c.claim.file == path]
     prior = next((c.claim.prior for c in of_file if c.other_base and c.claim.prior), None)
-    when = prior or software(data["machine"], data["series"].get("base", ""))
+    when = (
+        prior_words(prior, said)
+        if prior
+        else software(data["machine"], data["series"].get("base", ""))
+    )
     order = ", ".join(data.get("order", []))
+    machine = machine_words(data["machine"], said)
     return (
-        f"End to end ({machine_words(data['machine'])}; {when}; {str(data.get('date', ''))[:10]}): "
+        f"End to end ({machine}; {when}; {str(data.get('date', ''))[:10]}): "
         f"prefill of every prompt, mean over the boots of each arm; boot order {order} "
         "(`warm:` boots are not counted). Noise floor between the two reference boots: "
         f"{claims.fmt(s.get('noise_floor_pct'), '%')}.\n\n"
@@ -298,7 +342,7 @@ def ab_block(root: Path, path: str | None, checked: list[claims.Checked]) -> str
     )
 
 
-def routes(root: Path, pattern: str) -> str:
+def routes(root: Path, pattern: str, said: Said | None = None) -> str:
     """In how many server boots a route line matched ``pattern``."""
     seen = []
     for _, data in results_files(root):
@@ -307,7 +351,7 @@ def routes(root: Path, pattern: str) -> str:
         if hit:
             m = data["machine"]
             seen.append(
-                f"{hit} of {len(boots)} server boots on {machine_words(m)} "
+                f"{hit} of {len(boots)} server boots on {machine_words(m, said)} "
                 f"({release(data['series'].get('base', ''))}, {str(data.get('date', ''))[:10]})"
             )
     return "route logged in " + ("; ".join(seen) if seen else "no server boot yet")

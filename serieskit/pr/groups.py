@@ -34,6 +34,9 @@ class Group:
     rfc: str | None = None  # the RFC draft, where the change needs one
     rfc_issue: str | None = None  # the RFC issue once opened (a link or #number)
     origin: str | None = None  # words: the work the code derives from (its credit)
+    # "Name <mail>" of that work's author: the Co-authored-by of every commit
+    # whose patch derives from it (branches.derived)
+    co_author: str | None = None
 
 
 def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
@@ -74,6 +77,7 @@ def read_groups(root: Path, manifest: Path | None = None) -> list[Group]:
                 entry.get("rfc"),
                 entry.get("rfc_issue"),
                 entry.get("origin"),
+                entry.get("co_author"),
             )
         )
     seen: dict[str, str] = {}

@@ -15,6 +15,7 @@ range-diff are git porcelain run through :mod:`serieskit.git`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import shutil
@@ -29,6 +30,7 @@ from serieskit.errors import ToolkitError
 from serieskit.pr import bodycheck, claims, duplicates, mainline, prbody
 from serieskit.pr.branches import (
     PLACEHOLDER,
+    REF,
     Built,
     build_branches,
     identity,
@@ -46,12 +48,21 @@ NOT_COUNTED = ("tests/", "csrc/", "vllm/config/", "vllm/kernels/", "docs/")
 TITLE = re.compile(r"^(\[[^][]+\])+ +[^\s].*$")  # vLLM's pr-title check
 TEMPLATE = ".github/PULL_REQUEST_TEMPLATE.md"
 NO_HOOKS = "no hooks"  # pre-commit detail: nothing to run, so nothing fails
+# The committed examples (reports/pr/<name>/): made by this contributor, with
+# no --others or --upstream, line coverage or per-PR pre-commit (CI's lint
+# stage runs the tree's hooks on the whole series), so that CI can make them
+# again and compare (`pr --examples --check`).
+EXAMPLES = "reports/pr"
+EXAMPLE_SIGNOFF = "Example Contributor <contributor@example.com>"
+EXAMPLE_FILES = ("body.md", "check.json")
 
 
 # --- checks -----------------------------------------------------------------
 
 
-def check_signoff(repo, rng: str, signoff: str) -> list[str]:
+def check_signoff(repo, rng: str, signoff: str, credit: dict[str, str]) -> list[str]:
+    """Every commit by the contributor, signed off by them alone; those in
+    ``credit`` (commit -> co-author) credit the original author."""
     name, mail = identity(signoff)
     problems = []
     for c in repo.iter_commits(rng):
@@ -64,6 +75,10 @@ def check_signoff(repo, rng: str, signoff: str) -> list[str]:
         sobs = [v for k, v in trailers if k == "Signed-off-by"]
         if f"{name} <{mail}>" not in sobs:
             problems.append(f"{who}: no Signed-off-by: {signoff}")
+        problems += [f"{who}: signed off by {s} too" for s in sobs if s != f"{name} <{mail}>"]
+        co = credit.get(c.hexsha)
+        if co and co not in [v for k, v in trailers if k == "Co-authored-by"]:
+            problems.append(f"{who}: derives from the original work but lacks Co-authored-by: {co}")
         if any(k == series.NAME_TRAILER for k, _ in trailers) or PLACEHOLDER in c.message:
             problems.append(f"{who}: still carries the toolkit's trailers")
     return problems
@@ -122,7 +137,9 @@ def run_checks(
     )
     add(
         "Signed-off-by of the contributor",
-        check_signoff(repo, f"{state.base}..{b.head}", signoff) if b.head else ["not built"],
+        check_signoff(repo, f"{state.base}..{b.head}", signoff, b.credit)
+        if b.head
+        else ["not built"],
     )
     add(
         "title",
@@ -133,8 +150,8 @@ def run_checks(
     add("template sections", [f"section {s!r} is empty" for s in empty_sections(body)])
     add(
         "template placeholders and checklist",
-        bodycheck.placeholders(body) + bodycheck.unhandled(body),
-        "left to the contributor: " + "; ".join(bodycheck.declarations(body)),
+        bodycheck.placeholders(body),
+        "left to the contributor: " + bodycheck.left(body),
     )
     add("words a reviewer knows", bodycheck.jargon(body))
     add(
@@ -246,8 +263,16 @@ def session(
     gh: bool = False,
     upstream: str | None = None,
     upstream_ref: str = "HEAD",
+    examples: bool = False,
     log=print,
 ) -> dict[str, list[dict]]:
+    if examples:
+        signoff = signoff or EXAMPLE_SIGNOFF
+        if signoff != EXAMPLE_SIGNOFF or others or upstream or push:
+            raise ToolkitError(
+                f'pr --examples makes {EXAMPLES}/ as CI does: --signoff "{EXAMPLE_SIGNOFF}" '
+                "(or none), without --others, --upstream or --push"
+            )
     if not signoff:
         raise ToolkitError(
             'pr needs --signoff "Name <mail>": every commit is re-signed '
@@ -290,6 +315,7 @@ def session(
         len(groups),
         check or push,
         log,
+        examples,
     )
     for g in order(groups):
         res = run.one(g)
@@ -297,6 +323,8 @@ def session(
         for c in res:
             if c["ok"] is False:
                 failed += [f"{g.name}: {c['check']}: {p}" for p in c["problems"]]
+    if examples:
+        failed += compare_examples(root, out_root, [g.name for g in order(groups)], write=not check)
     if (check or push) and failed:
         raise ToolkitError(
             "pr --check failed:\n"
@@ -326,6 +354,7 @@ class Run:
     n_groups: int
     strict: bool
     log: Callable[[str], object]
+    examples: bool = False
 
     def one(self, g) -> list[dict]:
         """One pull request: its claims, body, range-diff and checks, into
@@ -348,7 +377,11 @@ def _one(run: Run, g) -> list[dict]:
     )
     dest = run.out_root / g.name
     dest.mkdir(parents=True, exist_ok=True)
-    pre = precommit(t, tree, b, base, run.strict, dest)
+    pre = (
+        (None, f"not run for {EXAMPLES}/ (the lint stage runs the tree's hooks on the series)")
+        if run.examples
+        else precommit(t, tree, b, base, run.strict, dest)
+    )
     counted = rfc_lines(tree, start, b.head) if b.head else 0
     on_main = (
         mainline.check(tree, t.out("pr") / ".upstream", *main, base, b.head)
@@ -364,7 +397,18 @@ def _one(run: Run, g) -> list[dict]:
         hooks=not pre[1].startswith(NO_HOOKS),
     )
     body = prbody.render(
-        root, tree, run.template, g, b, run.built, run.stacks, checked, dup, ctx, blobs
+        root,
+        tree,
+        run.template,
+        g,
+        b,
+        run.built,
+        run.stacks,
+        checked,
+        dup,
+        ctx,
+        blobs,
+        coverage="" if run.examples else None,
     )
     (dest / "title.txt").write_text(g.title + "\n")
     (dest / "body.md").write_text(body)
@@ -399,11 +443,49 @@ def _one(run: Run, g) -> list[dict]:
     (dest / "check.json").write_text(json.dumps(record, indent=2) + "\n")
     bad = [c for c in res if c["ok"] is False]
     log(f"pr {g.name}: {dest} ({'ok' if not bad else str(len(bad)) + ' check(s) failed'})")
-    if asks := bodycheck.declarations(body):
-        log(f"pr {g.name}: the checklist leaves to you: " + "; ".join(asks))
+    log(f"pr {g.name}: left to you in body.md: {bodycheck.left(body)}")
     if not others:
         log(f"pr {g.name}: no duplicate check (--others DIR of open pull requests not given)")
     return res
+
+
+def example(name: str, file: str, text: str) -> str:
+    """A file of the session as its committed example: the branch's version
+    (which counts this clone's earlier sessions) as vN."""
+    if file != "check.json":
+        return text
+    record = json.loads(re.sub(rf"({re.escape(REF)}/{re.escape(name)}/v)\d+", r"\1N", text))
+    record.pop("version", None)
+    return json.dumps(record, indent=2) + "\n"
+
+
+def compare_examples(root: Path, out_root: Path, names: list[str], write: bool) -> list[str]:
+    """Write the session's files as the examples, or (``write`` false) the
+    examples that differ from them, each with its diff."""
+    problems = []
+    for name in names:
+        for file in EXAMPLE_FILES:
+            made = example(name, file, (out_root / name / file).read_text())
+            path = root / EXAMPLES / name / file
+            if write:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(made)
+                continue
+            old = path.read_text() if path.is_file() else ""
+            if old != made:
+                diff = difflib.unified_diff(
+                    old.splitlines(),
+                    made.splitlines(),
+                    str(path.relative_to(root)),
+                    "now",
+                    lineterm="",
+                )
+                problems.append(
+                    f"{EXAMPLES}/{name}/{file} is not what the session writes now "
+                    f"(`python -m serieskit pr --examples` after `nox -s apply` and `nox -s test` "
+                    "writes it):\n" + "\n".join(list(diff)[:40])
+                )
+    return problems
 
 
 def publish(

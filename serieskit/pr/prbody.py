@@ -4,8 +4,8 @@ Each ``## Section`` of the template gets the blocks its name asks for
 (:data:`SECTIONS`; 0.26.0's Purpose / Test Plan / Test Result and 0.33.0's
 Overview / Claims / Validation / Details), after the section's own comment.
 The template's instruction above the first section ("PLEASE FILL IN ...")
-is dropped, and the checklist items the body backs are ticked
-(:mod:`.bodycheck`); the contributor's own declarations are left to them.
+is dropped; the checklist and the statements only a person can make are
+left to the contributor (:mod:`.bodycheck`).
 The figures are claims read from results files, in words
 (:mod:`.evidence`).
 """
@@ -22,13 +22,13 @@ from serieskit.pr.coverage import line_coverage
 from serieskit.pr.markdown import table
 
 SECTIONS = {
-    "purpose": ("overview", "base", "stack", "details", "duplicates"),
+    "purpose": ("overview", "base", "stack", "details", "duplicates", "contributor"),
     "test plan": ("test_plan", "precommit"),
     "test result": ("claims", "test_results", "ab", "measured", "coverage"),
     "overview": ("overview", "base", "stack"),
     "claims": ("claims",),
     "validation": ("test_plan", "test_results", "precommit", "ab", "measured", "coverage"),
-    "details": ("details", "duplicates"),
+    "details": ("details", "duplicates", "contributor"),
 }
 HEADING = re.compile(r"^## +(.+?)\s*$", re.M)
 RFC_LINES = 500  # vLLM's contributing guide: an RFC issue first above this
@@ -84,7 +84,7 @@ def fill(template: str, blocks: dict[str, str]) -> str:
         out.append(line)
     if pending:
         out += ["", pending]
-    return bodycheck.tick(re.sub(r"\n{3,}", "\n\n", "\n".join(out)).rstrip("\n") + "\n", blocks)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).rstrip("\n") + "\n"
 
 
 def _stack(g, b, built, stacks) -> str:
@@ -138,7 +138,7 @@ def _base(tree: Path, g, b, ctx: Context) -> str:
     return " ".join(text)
 
 
-def _coverage(root: Path, g, coverage: str) -> str:
+def _coverage(root: Path, g, coverage: str, said: evidence.Said) -> str:
     if not g.paths:
         return coverage
     rows = [
@@ -149,7 +149,7 @@ def _coverage(root: Path, g, coverage: str) -> str:
             r.get("expected", ""),
             "; ".join(
                 [f"{k}: {r[k]}" for k in ("source", "static", "executed", "measured") if r.get(k)]
-                + ([evidence.routes(root, r["route"])] if r.get("route") else [])
+                + ([evidence.routes(root, r["route"], said)] if r.get("route") else [])
             ),
             r.get("unverified", ""),
         ]
@@ -227,7 +227,9 @@ def render(
         else []
     )
     tests = [f for f in files if f.startswith("tests/") and Path(f).name.startswith("test_")]
-    plan, results = evidence.tests_block(root, tests, blobs, ctx.base_label)
+    said = evidence.Said()  # blocks in the order of the body: each qualifier said once
+    claims_text = evidence.claims_block(checked, hand.get("claims", ""), said)
+    plan, results = evidence.tests_block(root, tests, blobs, ctx.base_label, said)
     if coverage is None:
         coverage = line_coverage(root, tree, start, b.head) if b.head and start else ""
     blocks = {
@@ -236,14 +238,13 @@ def render(
         "stack": _stack(g, b, built, stacks),
         "details": hand.get("details", ""),
         "duplicates": dup or "",
-        "claims": evidence.claims_block(checked, hand.get("claims", "")),
+        "claims": claims_text,
         "test_plan": plan,
         "test_results": results,
         "precommit": _precommit(b, ctx),
-        "ab": evidence.ab_block(root, g.ab, checked),
+        "ab": evidence.ab_block(root, g.ab, checked, said),
         "measured": _measured(g),
-        "coverage": _coverage(root, g, coverage),
-        "docs": "yes" if any(f.startswith("docs/") for f in files) else "",
-        "precommit_ok": "yes" if ctx.precommit else "",
+        "coverage": _coverage(root, g, coverage, said),
+        "contributor": bodycheck.contributor_block(),
     }
     return fill(template, blocks)
