@@ -6,10 +6,12 @@ exists. Read from the patch files: no applied tree, no vLLM, no GPU."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tarfile
 
 import pytest
 from test_results import H200X2, ROOT, SERIES, script
@@ -205,3 +207,127 @@ def test_profile_target_refuses_a_missing_library(tmp_path):
         text=True,
     )
     assert proc.returncode != 0 and "is not a file" in proc.stderr
+
+
+# --- gpu/evidence.sh ----------------------------------------------------------------
+
+EVIDENCE = ROOT / "gpu" / "evidence.sh"
+
+
+def evidence_setting(name: str) -> str:
+    m = re.search(rf"^{name}='([^']*)'", EVIDENCE.read_text(), re.M)
+    assert m, f"gpu/evidence.sh sets no {name}"
+    return m.group(1)
+
+
+def test_evidence_script_parses_and_names_only_what_exists():
+    assert subprocess.run(["bash", "-n", str(EVIDENCE)], capture_output=True).returncode == 0
+    named = set(re.findall(r"\b(?:gpu|bench)/[\w./-]+\.(?:sh|py)\b", EVIDENCE.read_text()))
+    assert {"gpu/stage2.sh", "gpu/run_tests.py", "gpu/serve.sh", "bench/nvfp4_dequant.py"} <= named
+    for path in sorted(named):
+        assert (ROOT / path).is_file(), f"{path} does not exist"
+
+
+def test_evidence_builds_in_one_line_as_the_other_recipes():
+    lines = [x for x in EVIDENCE.read_text().splitlines() if "serieskit build" in x]
+    assert len(lines) == 1
+    assert "python3 -m serieskit build" in lines[0]
+    assert "--arch 75 --ptx --link" in lines[0]
+
+
+def test_evidence_runs_every_single_gpu_test_file_of_the_series():
+    """The globs select the test files of every patch but those that need two
+    GPUs (the overlap) or none (the micro-batch abort), each glob at least one."""
+    import fnmatch
+
+    text = EVIDENCE.read_text()
+    globs = re.search(r'^TEST_GLOBS="([^"]+)"', text, re.M | re.S)
+    assert globs
+    files = series.test_files(ROOT)
+    chosen = set()
+    for g in globs.group(1).split():
+        hits = fnmatch.filter(files, g)
+        assert hits, f"{g} selects no test file of the series"
+        chosen.update(hits)
+    skipped = {
+        t
+        for entry in series.read_manifest(ROOT)
+        if entry["name"] in ("tp-prefill-overlap", "dbo-ubatch-abort")
+        for t in entry.get("tests", [])
+    }
+    assert chosen == set(files) - skipped
+
+
+def test_evidence_engine_settings_are_the_series_own():
+    """The smoke and serve runs' engine arguments: JSON, and every field of the
+    series' configs they set is one the series defines (a rename shows here)."""
+    smoke, serve = (json.loads(evidence_setting(n)) for n in ("SMOKE_ENGINE", "SERVE_ENGINE"))
+    host = class_fields(KERNEL_PY, "HostReduceConfig")
+    for args in (smoke, serve):
+        backend = args.get("attention_backend")
+        assert backend == "TRITON_ATTN" or any(backend in p.read_text() for p in PATCHES)
+        assert set(args.get("kernel_config", {}).get("host_reduce", {})) <= host
+        attention = class_fields("vllm/config/attention.py", "AttentionConfig")
+        assert set(args.get("attention_config", {})) <= attention
+        assert 0 < args["gpu_memory_utilization"] <= 0.35  # beside the backend tests' 0.3
+
+
+def evidence_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """gpu/evidence.sh in a repository copy at ``tmp_path`` (gpu/ linked)."""
+    (tmp_path / "gpu").symlink_to(ROOT / "gpu")
+    return subprocess.run(
+        ["bash", "gpu/evidence.sh", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            OUT=str(tmp_path / "out"),
+            KEEP=str(tmp_path / "keep"),
+            EVIDENCE=str(tmp_path / "ev"),
+        ),
+    )
+
+
+def test_evidence_stage_keeps_the_part_and_returns_its_log_and_timeline(tmp_path):
+    part = tmp_path / ".dev" / "gpu" / "part1"
+    part.mkdir(parents=True)
+    (part / "core.xz.00").write_bytes(b"piece")
+    proc = evidence_run(tmp_path, "stage", "part1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "keep" / "core.xz.00").read_bytes() == b"piece"
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["evidence-stage.log", "evidence-stage.tgz"]
+    with tarfile.open(out / "evidence-stage.tgz") as tar:
+        timeline = tar.extractfile("stage/timeline.jsonl").read().decode()
+    (entry,) = [json.loads(x) for x in timeline.splitlines()]
+    assert entry["step"] == "stage" and entry["args"] == "part1" and entry["rc"] == 0
+    assert entry["end"] >= entry["start"] >= entry["machine_start"]
+    assert [p["part"] for p in entry["parts"]] == ["stage-part1"]
+
+
+def test_evidence_on_a_fresh_machine_says_so_and_still_returns_its_files(tmp_path):
+    proc = evidence_run(tmp_path, "tests")
+    assert proc.returncode == 1
+    log = (tmp_path / "out" / "evidence-tests.log").read_text()
+    assert "a fresh machine" in log
+    assert (tmp_path / "out" / "evidence-tests.tgz").is_file()
+
+
+def test_evidence_refuses_an_unknown_step(tmp_path):
+    proc = evidence_run(tmp_path, "everything")
+    assert proc.returncode == 2 and "STEP one of" in proc.stdout
+
+
+def test_serve_takes_the_sittings_engine_arguments_as_flags():
+    serve = script("gpu/serve.py")
+    assert serve.flags({"attention_backend": "X", "enforce_eager": True, "async_scheduling": False,
+                        "kernel_config": {"a": 1}, "gpu_memory_utilization": 0.25}) == [
+        "--attention-backend", "X", "--enforce-eager", "--no-async-scheduling",
+        "--kernel-config", '{"a": 1}', "--gpu-memory-utilization", "0.25",
+    ]
+    # The sitting keeps the Turing pair's settings of gpu/serve.py, less half the GPU.
+    sitting = json.loads(evidence_setting("SERVE_ENGINE"))
+    assert {k: v for k, v in serve.ENGINE.items() if k != "gpu_memory_utilization"} == {
+        k: v for k, v in {**serve.ENGINE, **sitting}.items() if k != "gpu_memory_utilization"
+    }
