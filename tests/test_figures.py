@@ -609,7 +609,9 @@ def cite(root: Path, page: str, text: str) -> list[str]:
 
 def test_text_citing_an_earlier_run_as_current_fails(blobs_root):
     run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
-    found = cite(blobs_root, "docs/k.md", "Intro.\n\nThe kernel takes 1 ms (`results/then.json`).\n")
+    found = cite(
+        blobs_root, "docs/k.md", "Intro.\n\nThe kernel takes 1 ms (`results/then.json`).\n"
+    )
     assert found == [
         "docs/k.md:3: cites `then.json`, which ran before the current version of `op.cu`: say it "
         'is earlier evidence (e.g. "It ran before the current version of ..."), or cite a run '
@@ -672,8 +674,13 @@ def test_the_sitting_block_before_and_after_a_measured_sitting(blobs_root):
     assert blocks.sitting(ev).startswith("Not measured yet")
     calls = [
         {"step": "stage", "args": "part1", "seconds": 12.0, "rc": 0, "parts": []},
-        {"step": "bench", "args": "part1-2", "seconds": 250.0, "rc": 0,
-         "parts": [{"part": "build", "seconds": 41.0, "rc": 0, "cap_s": 300}]},
+        {
+            "step": "bench",
+            "args": "part1-2",
+            "seconds": 250.0,
+            "rc": 0,
+            "parts": [{"part": "build", "seconds": 41.0, "rc": 0, "cap_s": 300}],
+        },
         {"step": "batch", "args": "", "seconds": 400.0, "rc": 0, "parts": []},
         {"step": "tests", "args": "", "seconds": 390.0, "rc": 0, "parts": []},
     ]

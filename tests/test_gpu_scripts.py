@@ -321,10 +321,23 @@ def test_evidence_refuses_an_unknown_step(tmp_path):
 
 def test_serve_takes_the_sittings_engine_arguments_as_flags():
     serve = script("gpu/serve.py")
-    assert serve.flags({"attention_backend": "X", "enforce_eager": True, "async_scheduling": False,
-                        "kernel_config": {"a": 1}, "gpu_memory_utilization": 0.25}) == [
-        "--attention-backend", "X", "--enforce-eager", "--no-async-scheduling",
-        "--kernel-config", '{"a": 1}', "--gpu-memory-utilization", "0.25",
+    assert serve.flags(
+        {
+            "attention_backend": "X",
+            "enforce_eager": True,
+            "async_scheduling": False,
+            "kernel_config": {"a": 1},
+            "gpu_memory_utilization": 0.25,
+        }
+    ) == [
+        "--attention-backend",
+        "X",
+        "--enforce-eager",
+        "--no-async-scheduling",
+        "--kernel-config",
+        '{"a": 1}',
+        "--gpu-memory-utilization",
+        "0.25",
     ]
     # The sitting keeps the Turing pair's settings of gpu/serve.py, less half the GPU.
     sitting = json.loads(evidence_setting("SERVE_ENGINE"))

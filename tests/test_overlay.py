@@ -368,33 +368,69 @@ def sitting_files(tmp_path) -> list[Path]:
 
     def doc(kind: str, **kw) -> dict:
         return results.document(
-            kind, {}, machine=machine, series=series, figures={}, date="2026-12-02T05:10:00Z",
-            torch_pin=None, **kw,
+            kind,
+            {},
+            machine=machine,
+            series=series,
+            figures={},
+            date="2026-12-02T05:10:00Z",
+            torch_pin=None,
+            **kw,
         )
 
-    tests = doc("tests", test_files={"tests/t.py": {"passed": 3, "failed": 0, "skipped": 0, "errors": 0}})
+    tests = doc(
+        "tests", test_files={"tests/t.py": {"passed": 3, "failed": 0, "skipped": 0, "errors": 0}}
+    )
     t0 = 1_790_000_000.0
     line = lambda step, a, b, parts=(): json.dumps(  # noqa: E731
-        {"step": step, "args": "", "start": t0 + a, "end": t0 + b, "rc": 0,
-         "machine_start": t0, "parts": [{"part": p, "start": t0 + a, "end": t0 + b, "rc": 0, "cap_s": 60} for p in parts]}
+        {
+            "step": step,
+            "args": "",
+            "start": t0 + a,
+            "end": t0 + b,
+            "rc": 0,
+            "machine_start": t0,
+            "parts": [
+                {"part": p, "start": t0 + a, "end": t0 + b, "rc": 0, "cap_s": 60} for p in parts
+            ],
+        }
     )
-    timeline = "\n".join(
-        [line("stage", 60, 70, ["stage-part1"]), line("stage", 80, 90), line("bench", 100, 400, ["build"]),
-         line("batch", 400, 800), line("tests", 420, 810)]
-    ) + "\n"
+    timeline = (
+        "\n".join(
+            [
+                line("stage", 60, 70, ["stage-part1"]),
+                line("stage", 80, 90),
+                line("bench", 100, 400, ["build"]),
+                line("batch", 400, 800),
+                line("tests", 420, 810),
+            ]
+        )
+        + "\n"
+    )
     bench, rest = tmp_path / "call3", tmp_path / "call4"
-    returned(bench, "bench", {
-        "bench/bench_prefill_attention.json": doc("bench"),
-        "bench/nvfp4_dequant.json": doc("bench"),
-        "bench/timeline.jsonl": timeline.rsplit("\n", 3)[0] + "\n",
-    })
-    returned(rest, "tests", {
-        "batch/series_gpu_tests.json": tests,
-        "batch/series_gpu_smoke.json": doc("tests", test_files={"gpu/smoke.py": {"passed": 6, "failed": 0, "skipped": 0, "errors": 0}}),
-        "batch/serve_h200.json": doc("e2e"),
-        "batch/timeline.jsonl": timeline,
-        "tests/timeline.jsonl": timeline,
-    })
+    returned(
+        bench,
+        "bench",
+        {
+            "bench/bench_prefill_attention.json": doc("bench"),
+            "bench/nvfp4_dequant.json": doc("bench"),
+            "bench/timeline.jsonl": timeline.rsplit("\n", 3)[0] + "\n",
+        },
+    )
+    returned(
+        rest,
+        "tests",
+        {
+            "batch/series_gpu_tests.json": tests,
+            "batch/series_gpu_smoke.json": doc(
+                "tests",
+                test_files={"gpu/smoke.py": {"passed": 6, "failed": 0, "skipped": 0, "errors": 0}},
+            ),
+            "batch/serve_h200.json": doc("e2e"),
+            "batch/timeline.jsonl": timeline,
+            "tests/timeline.jsonl": timeline,
+        },
+    )
     return [bench, rest]
 
 
@@ -419,16 +455,22 @@ def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
     assert tests["series"]["commit"] == "c0ffee"
     sitting = json.loads((root / "results" / names[5]).read_text())
     assert sitting["kind"] == "sitting" and sitting["one_machine"]
-    assert sitting["machine_s"] == pytest.approx(810.0)  # the machine's start to the last call's end
+    # from the machine's start to the end of the last call
+    assert sitting["machine_s"] == pytest.approx(810.0)
     assert [c["step"] for c in sitting["calls"]] == ["stage", "stage", "bench", "batch", "tests"]
-    assert sitting["calls"][2]["parts"] == [{"part": "build", "rc": 0, "cap_s": 60, "seconds": 300.0}]
+    assert sitting["calls"][2]["parts"] == [
+        {"part": "build", "rc": 0, "cap_s": 60, "seconds": 300.0}
+    ]
     assert sitting["figures"]["sitting.lease_held_s"]["value"] == 870.0
     raw = root / "results" / "raw" / "evidence_033_h200_20261202"
     assert sorted(p.name for p in raw.iterdir()) == [
-        "evidence-bench.log", "evidence-bench.tgz", "evidence-tests.log", "evidence-tests.tgz"
+        "evidence-bench.log",
+        "evidence-bench.tgz",
+        "evidence-tests.log",
+        "evidence-tests.tgz",
     ]
     assert any("no results file came back for bench_prefill_crossover" in s for s in said)
-    assert any("the head here is None" in s for s in said)
+    assert any("the head is None" in s for s in said)
     # A second collect writes over nothing unless told to.
     with pytest.raises(ToolkitError, match="exists"):
         overlay.collect(root, sitting_files(tmp_path / "again"), log=said.append)

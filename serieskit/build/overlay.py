@@ -408,7 +408,7 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
         f"{EXPECTED_S['start'] / 60:.0f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
         "allowed; give the machine back after the last call"
     )
-    log("then: nox -s evidence -- --collect FOLDER... (each call's returned files) and nox -s figures")
+    log("then: nox -s evidence -- --collect FOLDER... (the calls' returned files), nox -s figures")
     return calls
 
 
@@ -481,7 +481,11 @@ def collect(
     """results/ from the files the sitting's calls returned (``evidence-STEP.tgz``
     in ``folders``): each writer's results file under its name with the base,
     machine and day, the logs under results/raw/, and the sitting's timing."""
-    archives = sorted({a for f in folders for a in Path(f).rglob("evidence-*.tgz")})
+    # Oldest first: a later call's files (a `tests` call made again) win.
+    archives = sorted(
+        {a for f in folders for a in Path(f).rglob("evidence-*.tgz")},
+        key=lambda a: (a.stat().st_mtime, str(a)),
+    )
     if not archives:
         raise ToolkitError(f"evidence: no evidence-STEP.tgz in {', '.join(map(str, folders))}")
     written: list[Path] = []
@@ -530,7 +534,7 @@ def collect(
     commits = {d["series"].get("commit") for d, _ in docs.values()}
     head = State.load(root).head
     if commits != {head}:
-        log(f"evidence: warning: the sitting ran series commit(s) {commits}, the head here is {head}")
+        log(f"evidence: warning: the sitting ran series commit(s) {commits}; the head is {head}")
     if missing:
         log(f"evidence: warning: no results file came back for {', '.join(missing)}")
     if timeline and len({t.get("machine_start") for t in timeline}) > 1:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import tomllib
 import os
 import platform
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -157,8 +157,8 @@ def covered(ev: Evidence, run: Run) -> list[str]:
     every = [p.name for p in ev.patches]
     tests = [t for t in run.doc.get("test_files") or {} if t.startswith("tests/")]
     if tests and len(tests) == len(run.doc.get("test_files") or {}):
-        names = {n for t in tests for n in ev.covering(t)}
-        return [n for n in every if n in names] or every
+        listing = {n for t in tests for n in ev.covering(t)}
+        return [n for n in every if n in listing] or every
     for prefix, names in COVERED_BY_NAME.items():
         if run.name.startswith(prefix) and run.doc.get("kind") != "tests":
             return names
@@ -209,7 +209,7 @@ def stale_citations(root: Path, ev: Evidence | None = None) -> list[str]:
                 if words:
                     found.append(
                         f"{rel}:{line}: cites `{name}`, which {words}: say it is earlier "
-                        "evidence (e.g. \"It ran before the current version of ...\"), or "
+                        'evidence (e.g. "It ran before the current version of ..."), or '
                         "cite a run of the current version (nox -s evidence)"
                     )
     return found
