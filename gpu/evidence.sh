@@ -19,26 +19,32 @@
 set -euo pipefail
 
 # --- Names other work may change: each in this one place ------------------------
-# The series' test files (globs in the assembled tree), longest first: they
-# run side by side, JOBS at a time, into one results file.
-TEST_GLOBS="tests/distributed/test_host_reduce.py tests/v1/attention/test_triton_turing_attn.py
-  tests/kernels/quantization/test_nvfp4_sm7x_*.py tests/kernels/attention/test_paged_prefill_attention_sm75.py
-  tests/kernels/test_sm7x_ops.py tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"
+# The series' test files (globs in the assembled tree). ALONE_GLOBS: files that
+# boot vLLM engines sizing their KV cache from the GPU's free memory, which
+# fails ("Error in memory profiling") when another process frees GPU memory
+# meanwhile: they run alone, in the bench call. TEST_GLOBS, longest first: the
+# rest, side by side (JOBS at a time), beside the smoke and serve runs.
+ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
+TEST_GLOBS="tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_sm7x_*.py
+  tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
+  tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"
 JOBS=${JOBS:-4}
-# vLLM engine arguments (JSON) of gpu/smoke.py and of `vllm serve` (gpu/serve.py):
-# the attention backend (TRITON_TURING_ATTN serves only on SM75: on an H200 the
-# engine runs TRITON_ATTN, and the backend's own tests cover the Turing route
-# with SM75 reported), the series' settings of a Turing pair less TP=2, and a
-# share of the GPU beside the tests (the backend's GPU tests boot at 0.3).
-SMOKE_ENGINE='{"attention_backend": "TRITON_ATTN", "gpu_memory_utilization": 0.25}'
-SERVE_ENGINE='{"attention_backend": "TRITON_ATTN", "gpu_memory_utilization": 0.25,
-  "kernel_config": {"host_reduce": {"enabled": true, "copy_engine_max_bytes": 20971520}},
-  "attention_config": {"turing_prefill_min_query_len": 65}}'
-# The benchmarks, alone on the GPU, each with its own time cap (seconds).
+# The smoke and serve runs' attention backend (TRITON_TURING_ATTN serves only
+# on SM75: on an H200 the engines run TRITON_ATTN, and the backend's own GPU
+# tests cover the Turing route with SM75 reported), their share of the GPU's
+# memory at startup, and a KV cache of a fixed size (no memory profiling, so
+# that the tests beside them cannot upset it). The series' settings of the
+# serve run (a Turing pair's, less TP=2) are gpu/serve.py's KERNEL_CONFIG and
+# ATTENTION_CONFIG.
+ATTENTION_BACKEND=TRITON_ATTN
+GPU_SHARE=0.25
+KV_CACHE_BYTES=4294967296
+# The benchmarks, alone on the GPU, each with its time cap (seconds); the
+# first needs no _sm7x_C and runs while the module compiles on the CPU.
 BENCHES=(
+  "150 nvfp4_dequant.json python3 bench/nvfp4_dequant.py"
   "150 bench_prefill_attention.json python3 bench/prefill_attention.py"
   "210 bench_prefill_crossover.json python3 bench/prefill_crossover.py --reps 40 --head-dims 256 128 64"
-  "150 nvfp4_dequant.json python3 bench/nvfp4_dequant.py"
 )
 # ----------------------------------------------------------------------------------
 
@@ -49,7 +55,10 @@ case " $STEPS " in
   *" $step "*) ;;
   *) echo "error: bash gpu/evidence.sh STEP [PART...], STEP one of: $STEPS"; exit 2 ;;
 esac
-root=/tmp/vllm-run
+# vLLM engine arguments (JSON) over gpu/smoke.py's and gpu/serve.py's own.
+ENGINE="{\"attention_backend\": \"$ATTENTION_BACKEND\", \"gpu_memory_utilization\": $GPU_SHARE,
+  \"kv_cache_memory_bytes\": $KV_CACHE_BYTES}"
+root=${RUN_ROOT:-/tmp/vllm-run}  # gpu/stage2.sh's
 ev=${EVIDENCE:-/tmp/evidence}  # kept between the calls of one machine
 keep=${KEEP:-/tmp/keep}        # gpu/stage1.sh's
 W=$ev/$step
@@ -129,8 +138,25 @@ start_batch() {
   fi
   echo "evidence: the batch starts (gpu/evidence.sh batch, setsid)"
   # From a copy: the next call lays the working tree down again under a running bash.
-  cp gpu/evidence.sh /tmp/evidence.sh
-  setsid bash /tmp/evidence.sh batch </dev/null >/dev/null 2>&1 &
+  cp gpu/evidence.sh "$ev/evidence.sh"
+  setsid bash "$ev/evidence.sh" batch </dev/null >/dev/null 2>&1 &
+}
+
+# files: the series' test files that GLOBS select in the assembled tree,
+# less ALONE_GLOBS' where GLOBS are others; 1 where none.
+test_files() {
+  local g f alone=()
+  files=()
+  if [ "$1" != "$ALONE_GLOBS" ]; then
+    for g in $ALONE_GLOBS; do for f in "$root"/src/$g; do alone+=("${f#"$root/src/"}"); done; done
+  fi
+  for g in $1; do
+    for f in "$root"/src/$g; do
+      f=${f#"$root/src/"}
+      [ -f "$root/src/$f" ] && [[ " ${files[*]} ${alone[*]} " != *" $f "* ]] && files+=("$f")
+    done
+  done
+  ((${#files[@]})) || { echo "error: no test file in $root/src matches $1"; return 1; }
 }
 
 need_tree() {
@@ -153,38 +179,41 @@ case $step in
     rm -rf "$keep/gpu" && mkdir -p "$keep/gpu" && cp -r .dev/gpu/part2 .dev/gpu/MANIFEST.sha256 "$keep/gpu/"
     BUILD=0 TESTS=none bounded 150 assemble bash gpu/stage2.sh
     need_tree
+    read -r cap out cmd <<<"${BENCHES[0]}"
+    # shellcheck disable=SC2086 # cmd is a command line
+    bounded "$cap" "${out%.json}" $cmd --out "$W/$out" &
     # BUILD: the series' module with compute_75 PTX, linked into the tree (one line).
     bounded 300 build python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link --report "$W/build_report.json"
-    for b in "${BENCHES[@]}"; do
+    wait
+    for b in "${BENCHES[@]:1}"; do
       read -r cap out cmd <<<"$b"
       # shellcheck disable=SC2086 # cmd is a command line
       bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
     done
+    if test_files "$ALONE_GLOBS"; then
+      t=$(budget 300)
+      TEST_TIMEOUT=$((t > 60 ? t - 30 : t)) bounded "$t" tests-alone \
+        python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests_alone.json" "${files[@]}"
+    fi
     start_batch
     ;;
   tests)
     [ -d "$ev/batch" ] || start_batch
     # Until the batch is done, leaving 20 s to pack what it wrote.
-    while [ ! -f "$ev/batch/done" ] && ((SECONDS < LIMIT - 20)); do sleep 5; done
+    while [ ! -f "$ev/batch/done" ] && ((SECONDS < LIMIT - 20)); do sleep 2; done
     [ -f "$ev/batch/done" ] || echo "evidence: the batch is still running: call tests again"
     ;;
   batch)
     need_tree
-    files=()
-    for g in $TEST_GLOBS; do
-      for f in "$root"/src/$g; do
-        f=${f#"$root/src/"}
-        [ -f "$root/src/$f" ] && [[ " ${files[*]} " != *" $f "* ]] && files+=("$f")
-      done
-    done
+    test_files "$TEST_GLOBS" || exit 1
     t=$(budget 540)
     TEST_TIMEOUT=$((t - 30)) JOBS=$JOBS bounded "$t" tests \
       python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests.json" "${files[@]}" &
     {
-      bounded 200 smoke python3 gpu/smoke.py "$W/series_gpu_smoke.json" --engine-args "$SMOKE_ENGINE"
+      bounded 200 smoke python3 gpu/smoke.py "$W/series_gpu_smoke.json" --engine-args "$ENGINE"
       # serve.py ends a boot that hangs itself (--boot-limit), so that it still writes its file.
       PART2=$keep/gpu/part2 OUT=$W bounded 330 serve \
-        bash gpu/serve.sh --engine-args "$SERVE_ENGINE" --boot-limit 240
+        bash gpu/serve.sh --engine-args "$ENGINE" --boot-limit 240
     } &
     wait
     ;;

@@ -215,7 +215,7 @@ EVIDENCE = ROOT / "gpu" / "evidence.sh"
 
 
 def evidence_setting(name: str) -> str:
-    m = re.search(rf"^{name}='([^']*)'", EVIDENCE.read_text(), re.M)
+    m = re.search(rf"^{name}=(\S+)$", EVIDENCE.read_text(), re.M)
     assert m, f"gpu/evidence.sh sets no {name}"
     return m.group(1)
 
@@ -237,44 +237,54 @@ def test_evidence_builds_in_one_line_as_the_other_recipes():
 
 def test_evidence_runs_every_single_gpu_test_file_of_the_series():
     """The globs select the test files of every patch but those that need two
-    GPUs (the overlap) or none (the micro-batch abort), each glob at least one."""
+    GPUs (the overlap) or none (the micro-batch abort), each glob at least
+    one; the files run alone are the ones whose engines profile memory."""
     import fnmatch
 
     text = EVIDENCE.read_text()
-    globs = re.search(r'^TEST_GLOBS="([^"]+)"', text, re.M | re.S)
-    assert globs
     files = series.test_files(ROOT)
-    chosen = set()
-    for g in globs.group(1).split():
-        hits = fnmatch.filter(files, g)
-        assert hits, f"{g} selects no test file of the series"
-        chosen.update(hits)
+    chosen: dict[str, set[str]] = {}
+    for name in ("ALONE_GLOBS", "TEST_GLOBS"):
+        globs = re.search(rf'^{name}="([^"]+)"', text, re.M | re.S)
+        assert globs, name
+        chosen[name] = set()
+        for g in globs.group(1).split():
+            hits = fnmatch.filter(files, g)
+            assert hits, f"{g} selects no test file of the series"
+            chosen[name].update(hits)
     skipped = {
         t
         for entry in series.read_manifest(ROOT)
         if entry["name"] in ("tp-prefill-overlap", "dbo-ubatch-abort")
         for t in entry.get("tests", [])
     }
-    assert chosen == set(files) - skipped
+    alone = chosen["ALONE_GLOBS"]
+    assert alone | chosen["TEST_GLOBS"] == set(files) - skipped
+    assert not alone & chosen["TEST_GLOBS"]
+    # The backend's GPU tests boot vLLM on one GPU (memory profiled); NVFP4's
+    # boot only at TP=2 and skip on one GPU.
+    assert alone == {"tests/v1/attention/test_triton_turing_attn.py"}
 
 
-def test_evidence_engine_settings_are_the_series_own():
-    """The smoke and serve runs' engine arguments: JSON, and every field of the
-    series' configs they set is one the series defines (a rename shows here)."""
-    smoke, serve = (json.loads(evidence_setting(n)) for n in ("SMOKE_ENGINE", "SERVE_ENGINE"))
+def test_the_sittings_engine_settings_are_the_series_own():
+    """The smoke and serve runs' backend, their share of the GPU, and the
+    series' settings of the serve run: every config field they set is one
+    the series defines (a field moved or renamed shows here)."""
+    backend = evidence_setting("ATTENTION_BACKEND")
+    assert backend == "TRITON_ATTN" or any(backend in p.read_text() for p in PATCHES)
+    assert 0 < float(evidence_setting("GPU_SHARE")) <= 0.35  # beside the other tests
+    assert int(evidence_setting("KV_CACHE_BYTES")) > 0  # no memory profiling beside the tests
+    serve = script("gpu/serve.py")
     host = class_fields(KERNEL_PY, "HostReduceConfig")
-    for args in (smoke, serve):
-        backend = args.get("attention_backend")
-        assert backend == "TRITON_ATTN" or any(backend in p.read_text() for p in PATCHES)
-        assert set(args.get("kernel_config", {}).get("host_reduce", {})) <= host
-        attention = class_fields("vllm/config/attention.py", "AttentionConfig")
-        assert set(args.get("attention_config", {})) <= attention
-        assert 0 < args["gpu_memory_utilization"] <= 0.35  # beside the backend tests' 0.3
+    assert set(serve.ENGINE["kernel_config"]["host_reduce"]) <= host
+    attention = class_fields("vllm/config/attention.py", "AttentionConfig")
+    assert set(serve.ENGINE["attention_config"]) <= attention
 
 
 def evidence_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """gpu/evidence.sh in a repository copy at ``tmp_path`` (gpu/ linked)."""
-    (tmp_path / "gpu").symlink_to(ROOT / "gpu")
+    if not (tmp_path / "gpu").exists():
+        (tmp_path / "gpu").symlink_to(ROOT / "gpu")
     return subprocess.run(
         ["bash", "gpu/evidence.sh", *args],
         cwd=tmp_path,
@@ -285,6 +295,7 @@ def evidence_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
             OUT=str(tmp_path / "out"),
             KEEP=str(tmp_path / "keep"),
             EVIDENCE=str(tmp_path / "ev"),
+            RUN_ROOT=str(tmp_path / "run"),
         ),
     )
 
@@ -319,17 +330,16 @@ def test_evidence_refuses_an_unknown_step(tmp_path):
     assert proc.returncode == 2 and "STEP one of" in proc.stdout
 
 
-def test_serve_takes_the_sittings_engine_arguments_as_flags():
+def test_serve_takes_engine_arguments_as_flags():
     serve = script("gpu/serve.py")
-    assert serve.flags(
-        {
-            "attention_backend": "X",
-            "enforce_eager": True,
-            "async_scheduling": False,
-            "kernel_config": {"a": 1},
-            "gpu_memory_utilization": 0.25,
-        }
-    ) == [
+    args = {
+        "attention_backend": "X",
+        "enforce_eager": True,
+        "async_scheduling": False,
+        "kernel_config": {"a": 1},
+        "gpu_memory_utilization": 0.25,
+    }
+    assert serve.flags(args) == [
         "--attention-backend",
         "X",
         "--enforce-eager",
@@ -339,8 +349,23 @@ def test_serve_takes_the_sittings_engine_arguments_as_flags():
         "--gpu-memory-utilization",
         "0.25",
     ]
-    # The sitting keeps the Turing pair's settings of gpu/serve.py, less half the GPU.
-    sitting = json.loads(evidence_setting("SERVE_ENGINE"))
-    assert {k: v for k, v in serve.ENGINE.items() if k != "gpu_memory_utilization"} == {
-        k: v for k, v in {**serve.ENGINE, **sitting}.items() if k != "gpu_memory_utilization"
-    }
+
+
+def test_evidence_tests_starts_the_batch_waits_and_returns_what_it_wrote(tmp_path):
+    """The hand-off of the batch (its own session) to the call that returns
+    it, on an assembled tree without the series' test files: the batch
+    stops at once, saying so, and the call packs its log and the timeline."""
+    (tmp_path / "run" / "src" / "vllm").mkdir(parents=True)
+    proc = evidence_run(tmp_path, "tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(tmp_path / "out" / "evidence-tests.tgz") as tar:
+        names = set(tar.getnames())
+        log = tar.extractfile("batch/evidence-batch.log").read().decode()
+        timeline = tar.extractfile("batch/timeline.jsonl").read().decode()
+    assert {"batch/done", "tests/timeline.jsonl"} <= names
+    assert "error: no test file in" in log
+    steps = [(e["step"], e["rc"]) for e in map(json.loads, timeline.splitlines())]
+    assert steps == [("batch", 1), ("tests", 0)]
+    # Called again, it returns the finished batch without starting another.
+    again = evidence_run(tmp_path, "tests")
+    assert again.returncode == 0 and "the batch starts" not in again.stdout

@@ -469,7 +469,8 @@ def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
         "evidence-tests.log",
         "evidence-tests.tgz",
     ]
-    assert any("no results file came back for bench_prefill_crossover" in s for s in said)
+    missing = next(s for s in said if "no results file came back for" in s)
+    assert "series_gpu_tests_alone" in missing and "bench_prefill_crossover" in missing
     assert any("the head is None" in s for s in said)
     # A second collect writes over nothing unless told to.
     with pytest.raises(ToolkitError, match="exists"):

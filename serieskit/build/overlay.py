@@ -274,15 +274,19 @@ WARM_S = 30  # the machine is kept this long after a call
 SITTING_S = 15 * 60  # the GPU time a sitting may take from a cold machine, staging included
 # Before a sitting has been measured (results/sitting_*.json), the seconds
 # each step is expected to take, estimated from the earlier one-H200 runs:
-# bench = assembling (~30 s), the build (serve_033_h200.json built the wheel
-# with the module in 36 s) and three benchmarks (~60 s each, not recorded);
-# tests = the batch's longest file, test_host_reduce.py (333 s alone in
-# series_gpu_tests_033_host_reduce_h200.json) beside the others, less what
-# ran between the calls; a machine's start "a minute or more".
-EXPECTED_S = {"start": 90, "stage": 20, "bench": 270, "tests": 390}
+# bench = assembling (~30 s), the build (36 s when serve_033_h200.json built
+# the wheel) beside the NVFP4 benchmark (~60 s, not recorded), the attention
+# benchmark and crossover (~35 and ~40 s: their files' times after the tests
+# they followed) and test_triton_turing_attn.py alone (211 s in
+# series_gpu_tests_033_backend_nvfp4_h200.json); tests = the batch's longest
+# file, test_host_reduce.py (333 s alone in
+# series_gpu_tests_033_host_reduce_h200.json) beside the others, less what ran
+# between the calls; a machine's start "a minute or more".
+EXPECTED_S = {"start": 90, "stage": 20, "bench": 380, "tests": 330}
 # What gpu/evidence.sh writes on the machine -> the stem of its results file.
 RETURNED = {
     "series_gpu_tests.json": "series_gpu_tests",
+    "series_gpu_tests_alone.json": "series_gpu_tests_alone",
     "series_gpu_smoke.json": "series_gpu_smoke",
     "serve_h200.json": "serve",
     "bench_prefill_attention.json": "bench_prefill_attention",
@@ -370,7 +374,8 @@ def plan(root: Path, load: Path) -> list[Call]:
         if size > room:
             raise ToolkitError(
                 f"evidence: {rel}/{part.name} is {size / 2**20:.1f} MiB; with the working tree "
-                f"({tree / 2**20:.1f} MiB) it is over what one call carries (64 MiB)"
+                f"({tree / 2**20:.1f} MiB) it is over what one call carries (64 MiB): lower "
+                "[machine] piece_mib or part_mib in overlays/gpu.toml and pack again"
             )
         fits = calls if part.name == "part1" else [*calls, last]
         home = next((c for c in fits if used[id(c)] + size <= room), None)
@@ -394,7 +399,8 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
     calls = plan(root, load)
     measured = measured_steps(root)
     gaps = WARM_S * (len(calls) - 1) / 2  # the coordinator's time between calls, at most WARM_S
-    total = {**EXPECTED_S, **measured}["start"] + sum(c.expected_s for c in calls) + gaps
+    steps = {**EXPECTED_S, **measured}
+    total = steps["start"] + sum(c.expected_s for c in calls) + gaps
     source = "the last measured sitting" if measured else "the earlier one-H200 runs (estimates)"
     log(f"evidence: {len(calls)} device calls (kind nvidia-h200), each within {WARM_S} s of the")
     log("last (the machine is kept that long), in order:")
@@ -405,7 +411,7 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
         log(f"   expected: {c.expected_s / 60:.1f} min (timeout_s 600)")
     log(
         f"expected GPU time from a cold machine: {total / 60:.1f} min ({source}; the start "
-        f"{EXPECTED_S['start'] / 60:.0f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
+        f"{steps['start'] / 60:.1f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
         "allowed; give the machine back after the last call"
     )
     log("then: nox -s evidence -- --collect FOLDER... (the calls' returned files), nox -s figures")
