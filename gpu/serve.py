@@ -181,6 +181,9 @@ def main() -> int:
     ap.add_argument("--boot-limit", type=float, default=420.0)
     ap.add_argument("--engine-args", type=json.loads, default={}, help="JSON over ENGINE")
     a = ap.parse_args()
+    # `timeout` (gpu/evidence.sh) ends a run with SIGTERM: the step fails, the server
+    # stops and the file is written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("ended by SIGTERM"))
     out_dir = a.out.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     steps: list[dict] = []

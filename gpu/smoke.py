@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import traceback
@@ -55,6 +56,8 @@ def main() -> int:
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no compile, no graphs)")
     ap.add_argument("--engine-args", type=json.loads, default={}, help="JSON over the defaults")
     a = ap.parse_args()
+    # `timeout` (gpu/evidence.sh) ends a run with SIGTERM: the step fails, the file is written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("ended by SIGTERM"))
     log: list[dict] = []
     body: dict = {"steps": log, "eager": a.eager}
     engine = {
