@@ -471,14 +471,18 @@ def sitting_document(timeline: list[dict], doc: dict, held_s: float | None) -> d
         figures["sitting.lease_held_s"] = results.figure(
             held_s, "s", "the device tool's lease: the machine held", "lease_held_s"
         )
-    return results.document(
+    out = results.document(
         "sitting",
         body,
         machine=doc["machine"],
         series=doc["series"],
         figures=figures,
         date=datetime.datetime.fromtimestamp(first, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        torch_pin=None,
     )
+    if "torch_note" in doc:  # the writers read the pin where it ran
+        out["torch_note"] = doc["torch_note"]
+    return out
 
 
 def collect(
