@@ -369,3 +369,47 @@ def test_evidence_tests_starts_the_batch_waits_and_returns_what_it_wrote(tmp_pat
     # Called again, it returns the finished batch without starting another.
     again = evidence_run(tmp_path, "tests")
     assert again.returncode == 0 and "the batch starts" not in again.stdout
+
+
+def test_the_sittings_scripts_import_what_the_series_has():
+    """The series' own modules, names and ops that the sitting's benchmarks
+    and scripts import are in the patches (one renamed shows here, before a
+    sitting spends its time on it)."""
+    import ast
+
+    added = {
+        line.split(" b/", 1)[1]
+        for p in PATCHES
+        for line in p.read_text().splitlines()
+        if line.startswith("diff --git ")
+    }
+    text = "\n".join(p.read_text() for p in PATCHES)
+    own = re.compile(r"sm7x|sm75|turing", re.I)
+    checked = 0
+    for path in (
+        "bench/nvfp4_dequant.py",
+        "bench/prefill_attention.py",
+        "bench/prefill_crossover.py",
+        "gpu/serve.py",
+        "gpu/smoke.py",
+    ):
+        source = (ROOT / path).read_text()
+        code = [source, *re.findall(r'^[A-Z_]+ = """(.*?)"""', source, re.M | re.S)]
+        for node in (n for c in code for n in ast.walk(ast.parse(c))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm")):
+                continue
+            module = node.module or ""
+            if own.search(module):
+                where = module.replace(".", "/")
+                assert f"{where}.py" in added or f"{where}/__init__.py" in added, (
+                    f"{path}: {module} is not a module of the series"
+                )
+                checked += 1
+            for alias in node.names:
+                if own.search(alias.name) and not own.search(module):
+                    assert re.search(rf"\b{alias.name}\b", text), f"{path}: {alias.name}"
+                    checked += 1
+        for op in re.findall(r"torch\.ops\.vllm\.(\w+)", source):
+            assert re.search(rf'"{op}\b|\b{op}\(', text), f"{path}: op {op} is not the series'"
+            checked += 1
+    assert checked >= 4
