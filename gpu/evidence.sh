@@ -182,9 +182,10 @@ case $step in
     read -r cap out cmd <<<"${BENCHES[0]}"
     # shellcheck disable=SC2086 # cmd is a command line
     bounded "$cap" "${out%.json}" $cmd --out "$W/$out" &
+    beside=$!
     # BUILD: the series' module with compute_75 PTX, linked into the tree (one line).
     bounded 300 build python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link --report "$W/build_report.json"
-    wait
+    wait "$beside" # by its id: a bare wait also waits for the log's tee
     for b in "${BENCHES[@]:1}"; do
       read -r cap out cmd <<<"$b"
       # shellcheck disable=SC2086 # cmd is a command line
@@ -209,12 +210,13 @@ case $step in
     t=$(budget 540)
     TEST_TIMEOUT=$((t - 30)) JOBS=$JOBS bounded "$t" tests \
       python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests.json" "${files[@]}" &
+    beside=$!
     {
       bounded 200 smoke python3 gpu/smoke.py "$W/series_gpu_smoke.json" --engine-args "$ENGINE"
       # serve.py ends a boot that hangs itself (--boot-limit), so that it still writes its file.
       PART2=$keep/gpu/part2 OUT=$W bounded 330 serve \
         bash gpu/serve.sh --engine-args "$ENGINE" --boot-limit 240
     } &
-    wait
+    wait "$beside" "$!"
     ;;
 esac

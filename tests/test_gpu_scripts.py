@@ -228,6 +228,15 @@ def test_evidence_script_parses_and_names_only_what_exists():
         assert (ROOT / path).is_file(), f"{path} does not exist"
 
 
+def test_evidence_waits_for_its_own_jobs_by_id():
+    """A bare `wait` also waits for the process substitution that tees the
+    step's log (bash 5.1 on), which ends only with the script: it would hang
+    the call until its limit."""
+    bare = [x for x in EVIDENCE.read_text().splitlines() if re.match(r"^\s*wait\s*(#.*)?$", x)]
+    assert bare == []
+    assert 'wait "$beside"' in EVIDENCE.read_text()
+
+
 def test_evidence_builds_in_one_line_as_the_other_recipes():
     lines = [x for x in EVIDENCE.read_text().splitlines() if "serieskit build" in x]
     assert len(lines) == 1
