@@ -116,6 +116,13 @@ def overlay(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def evidence(session: nox.Session) -> None:
+    """The single-GPU evidence in one sitting of the GPU machine: -- --plan prints the
+    device calls (after overlay -- --gpu), -- --collect FOLDER... writes results/."""
+    _toolkit(session, "evidence")
+
+
+@nox.session(venv_backend="none")
 def wheel(session: nox.Session) -> None:
     """dist/vllm-VERSION+series.gCOMMIT-*.whl: the released wheel's compiled modules,
     the series' Python tree, vllm._sm7x_C (-- --no-module, --ptx, --verify, --tree,

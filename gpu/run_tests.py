@@ -12,7 +12,8 @@ they start included) and the report goes beside OUT.json as
 coverage-<machine>.json (e.g. coverage-h200x2.json): copied here to
 .work/pr/coverage/h200x2.json, the pr session lists it beside the CPU's.
 TEST_TIMEOUT=SECONDS ends a file's pytest after that long (default 1800): it
-is counted as an error and the JSON is still written."""
+is counted as an error and the JSON is still written. JOBS=N runs N files at
+once (default 1: files that time nothing may share the GPU, gpu/evidence.sh)."""
 
 import os
 import shlex
@@ -57,7 +58,10 @@ def main(argv: list[str]) -> int:
     # TEST_TIMEOUT (seconds per file): a file cut short still leaves its
     # outcome and this JSON, inside a device call's own time limit.
     timeout = float(os.environ.get("TEST_TIMEOUT") or 1800)
-    outcomes = runner.run_all(tree, ran, logs, select=select, coverage=rc, timeout=timeout)
+    jobs = int(os.environ.get("JOBS") or 1)
+    outcomes = runner.run_all(
+        tree, ran, logs, jobs=jobs, select=select, coverage=rc, timeout=timeout
+    )
     runner.write_results(
         dest, outcomes, results.series_from_stamps(tree), {"commands": commands(ran, select)}
     )

@@ -65,6 +65,15 @@ SMOKE = ROOT / "results" / "series_gpu_smoke_033_h200.json"
 KERNEL_CONFIG = {"host_reduce": {"enabled": True, "copy_engine_max_bytes": 20971520}}
 ATTENTION_CONFIG = {"turing_prefill_min_query_len": 65}
 COMPILATION_CONFIG = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8]}
+# The engine arguments --engine-args may replace (a null value drops one):
+# gpu/evidence.sh keeps the sitting's in one place.
+ENGINE = {
+    "attention_backend": "TRITON_ATTN",
+    "compilation_config": COMPILATION_CONFIG,
+    "kernel_config": KERNEL_CONFIG,
+    "attention_config": ATTENTION_CONFIG,
+    "gpu_memory_utilization": 0.5,
+}
 # The log lines of the series' routes (patches/manifest.toml `route`, and the
 # lines its code prints when a route is set up or turned off).
 ROUTES = {
@@ -93,6 +102,20 @@ print(json.dumps({"loaded": loaded, "probes": probes,
 
 class Failed(Exception):
     pass
+
+
+def flags(args: dict) -> list[str]:
+    """Engine arguments as `vllm serve` flags: JSON for objects, a bare flag for true."""
+    out = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + flag[2:])
+        else:
+            out += [flag, json.dumps(value) if isinstance(value, dict | list) else str(value)]
+    return out
 
 
 def run(cmd: list[str], log: Path | None = None, **kw) -> str:
@@ -156,7 +179,11 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8000)
     # One run on the GPU machine takes at most ten minutes, stage2 included.
     ap.add_argument("--boot-limit", type=float, default=420.0)
+    ap.add_argument("--engine-args", type=json.loads, default={}, help="JSON over ENGINE")
     a = ap.parse_args()
+    # `timeout` (gpu/evidence.sh) ends a run with SIGTERM: the step fails, the server
+    # stops and the file is written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("ended by SIGTERM"))
     out_dir = a.out.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     steps: list[dict] = []
@@ -303,25 +330,16 @@ def main() -> int:
             MODEL_NAME,
             "--dtype",
             "float16",
-            "--attention-backend",
-            "TRITON_ATTN",
+            *flags({k: v for k, v in {**ENGINE, **a.engine_args}.items() if v is not None}),
             "--disable-custom-all-reduce",
             "--max-num-batched-tokens",
             "2048",
             "--max-model-len",
             "8192",
-            "--compilation-config",
-            json.dumps(COMPILATION_CONFIG),
-            "--kernel-config",
-            json.dumps(KERNEL_CONFIG),
-            "--attention-config",
-            json.dumps(ATTENTION_CONFIG),
             # the written checkpoint has no tokenizer: prompts are token ids
             "--skip-tokenizer-init",
             "--load-format",
             "safetensors",
-            "--gpu-memory-utilization",
-            "0.5",
             "--seed",
             "0",
             "--host",

@@ -9,6 +9,7 @@
 # serve.log (the server), wheel.log.
 #   TESTS=none BUILD=0 bash gpu/stage2.sh bash gpu/serve.sh
 # or, in a call of its own after stage 2's (within 30 s): bash gpu/serve.sh
+# (arguments go to gpu/serve.py, e.g. --engine-args JSON)
 set -euo pipefail
 root=/tmp/vllm-run
 # stage 2's environment, where stage 2 ran in an earlier call
@@ -30,4 +31,4 @@ grep -E " wheels(-[0-9]+)?/whl/" "$manifest" | sed -E 's# wheels(-[0-9]+)?/whl/#
   || { echo "error: $keep/whl is not this load's wheels: run gpu/stage1.sh .dev/gpu/wheels again"; exit 1; }
 rm -rf "$root/release" && mkdir -p "$root/release" "$OUT"
 tar xJf "$part2/release.tar.xz" -C "$root/release"
-python3 gpu/serve.py "$OUT/serve_h200.json" --root "$root"
+python3 gpu/serve.py "$OUT/serve_h200.json" --root "$root" "$@"

@@ -5,12 +5,17 @@ greedily. Records every step's outcome, and the traceback of the first that
 fails, as JSON: the answer to "which part of this release needs what this
 machine lacks".
 
-    python3 gpu/smoke.py OUT.json [--eager]
+    python3 gpu/smoke.py OUT.json [--eager] [--engine-args JSON]
+
+--engine-args: engine arguments (a JSON object) over the defaults below, a
+null value dropping one (gpu/evidence.sh names the attention backend there).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import time
 import traceback
@@ -49,9 +54,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--eager", action="store_true", help="enforce_eager (no compile, no graphs)")
+    ap.add_argument("--engine-args", type=json.loads, default={}, help="JSON over the defaults")
     a = ap.parse_args()
+    # `timeout` (gpu/evidence.sh) ends a run with SIGTERM: the step fails, the file is written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("ended by SIGTERM"))
     log: list[dict] = []
     body: dict = {"steps": log, "eager": a.eager}
+    engine = {
+        "load_format": "safetensors",
+        "skip_tokenizer_init": True,
+        "dtype": "float16",
+        "gpu_memory_utilization": 0.5,
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 2048,
+        "attention_backend": "TRITON_ATTN",
+        "enforce_eager": a.eager,
+        "seed": 0,
+    }
+    engine = {k: v for k, v in {**engine, **a.engine_args}.items() if v is not None}
+    body["engine_args"] = engine
     try:
         import torch
 
@@ -66,18 +87,7 @@ def main() -> int:
         llm = step(
             log,
             "boot the engine",
-            lambda: LLM(
-                model=str(model),
-                load_format="safetensors",
-                skip_tokenizer_init=True,
-                dtype="float16",
-                gpu_memory_utilization=0.5,
-                max_model_len=8192,
-                max_num_batched_tokens=2048,
-                attention_backend="TRITON_ATTN",
-                enforce_eager=a.eager,
-                seed=0,
-            ),
+            lambda: LLM(model=str(model), **engine),
         )
         params = SamplingParams(max_tokens=16, temperature=0.0, detokenize=False, ignore_eos=True)
         for length in (300, 3000):

@@ -159,6 +159,10 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
     overlay.session(t, gpu=args.gpu)
 
 
+def cmd_evidence(args: argparse.Namespace, t: Target) -> None:
+    overlay.evidence(t.root, args.collect, held_s=args.held_s, replace=args.replace)
+
+
 def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
     wheel.session(
         t,
@@ -347,6 +351,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     ov.add_argument(
         "--gpu", action="store_true", help="also pack .dev/gpu/part1 and part2 for the GPU machine"
+    )
+    ev = command(
+        "evidence",
+        cmd_evidence,
+        "the GPU machine's device calls for the single-GPU evidence (gpu/evidence.sh)",
+    )
+    ev.add_argument(
+        "--plan", action="store_true", help="print the calls (the default): command, carry, minutes"
+    )
+    ev.add_argument(
+        "--collect",
+        nargs="+",
+        type=Path,
+        metavar="FOLDER",
+        help="write results/ from the files the calls returned (evidence-STEP.tgz in FOLDERs)",
+    )
+    ev.add_argument(
+        "--held-s",
+        type=float,
+        help="with --collect: the seconds the device tool's lease says the machine was held",
+    )
+    ev.add_argument(
+        "--replace", action="store_true", help="with --collect: write over results files"
     )
     wh = command(
         "wheel", cmd_wheel, "dist/vllm-VERSION+series...whl: an installable wheel", port=True

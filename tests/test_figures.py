@@ -596,3 +596,110 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     assert "| 128 |" in first and "| 256 |" not in first
     assert "| 256 |" in second and "| 128 |" not in second
     assert "hd256.w8m1k16c1.s2" in second
+
+
+# --- text citing a one-GPU run ----------------------------------------------------
+
+
+def cite(root: Path, page: str, text: str) -> list[str]:
+    (root / page).parent.mkdir(parents=True, exist_ok=True)
+    (root / page).write_text(text)
+    return figures.stale_citations(root)
+
+
+def test_text_citing_an_earlier_run_as_current_fails(blobs_root):
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    found = cite(
+        blobs_root, "docs/k.md", "Intro.\n\nThe kernel takes 1 ms (`results/then.json`).\n"
+    )
+    assert found == [
+        "docs/k.md:3: cites `then.json`, which ran before the current version of `op.cu`: say it "
+        'is earlier evidence (e.g. "It ran before the current version of ..."), or cite a run '
+        "of the current version (nox -s evidence)"
+    ]
+    with pytest.raises(ToolkitError, match="cites `then.json`"):
+        figures.session(blobs_root, check_only=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It took 1 ms (`then.json`). It ran before the current version of `op.cu`.\n",
+        "Earlier evidence: 1 ms (`then.json`).\n",
+        "```\npython3 bench/x.py --out results/then.json\n```\n",
+        "<!-- figures:runs -->\n`then.json` 1 ms\n<!-- /figures:runs -->\n",
+        "The run on the current files (`now.json`).\n",
+        "The two-GPU run (`two.json`) and a file that is not a run (`pin.json`).\n",
+    ],
+)
+def test_labelled_generated_current_or_other_citations_pass(blobs_root, text):
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    run_on(blobs_root, "now.json", {"csrc/op.cu": NEW_CU, TEST: TEST_BLOB, "vllm/overlap.py": PY})
+    assert cite(blobs_root, "README.md", text) == []
+
+
+def test_a_label_covers_its_own_row_and_item_only(blobs_root):
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    text = (
+        "| a | b |\n|---|---|\n| `then.json` | ran before the current version |\n"
+        "| `then.json` | 1 ms |\n\n- earlier evidence: `then.json`\n- now: `then.json`\n"
+    )
+    found = cite(blobs_root, "docs/t.md", text)
+    assert [f.split(": cites")[0] for f in found] == ["docs/t.md:4", "docs/t.md:7"]
+
+
+def test_a_pull_request_body_is_held_to_its_own_patches(blobs_root):
+    # Current for 0002's files, older for 0001's test file.
+    run_on(blobs_root, "mixed.json", {"csrc/op.cu": NEW_CU, TEST: "6" * 40, "vllm/overlap.py": PY})
+    manifest = blobs_root / "patches" / "manifest.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + '\n[[pr]]\nname = "overlap"\npatches = ["tp-prefill-overlap"]\n'
+        + '\n[[pr]]\nname = "op"\npatches = ["kernel-op"]\n'
+    )
+    assert cite(blobs_root, "reports/pr/overlap/body.md", "Measured: `mixed.json`.\n") == []
+    found = cite(blobs_root, "reports/pr/op/body.md", "Measured: `mixed.json`.\n")
+    assert len(found) == 1 and "`test_op.py`" in found[0]
+
+
+def test_the_committed_text_cites_no_earlier_run_as_current():
+    assert figures.stale_citations(REPO) == []
+
+
+# --- the sitting's block --------------------------------------------------------------
+
+
+def test_the_sitting_block_before_and_after_a_measured_sitting(blobs_root):
+    ev = evidence.Evidence(blobs_root)
+    assert blocks.sitting(ev).startswith("Not measured yet")
+    calls = [
+        {"step": "stage", "args": "part1", "seconds": 12.0, "rc": 0, "parts": []},
+        {
+            "step": "bench",
+            "args": "part1-2",
+            "seconds": 250.0,
+            "rc": 0,
+            "parts": [{"part": "build", "seconds": 41.0, "rc": 0, "cap_s": 300}],
+        },
+        {"step": "batch", "args": "", "seconds": 400.0, "rc": 0, "parts": []},
+        {"step": "tests", "args": "", "seconds": 390.0, "rc": 0, "parts": []},
+    ]
+    doc = results.document(
+        "sitting",
+        {"machine_s": 800.0, "start_s": 75.0, "calls": calls, "one_machine": True, "limit_s": 900},
+        machine=H200,
+        series={"base": "vllm==0.33.0", "commit": "c", "tree": "t", "files": {}, "files_from": "x"},
+        figures={},
+        date="2026-12-02T05:00:00Z",
+        torch_pin=None,
+    )
+    results.write(blobs_root / "results" / "sitting_033_h200_20261202.json", doc)
+    text = blocks.sitting(evidence.Evidence(blobs_root))
+    assert text.startswith(
+        "Measured: 13 min 20 s of GPU time from the machine's start to the end of its last call "
+        "(within the 15 min 0 s a sitting may take), of which 1 min 15 s before the first command."
+    )
+    assert "| 2 | `gpu/evidence.sh bench part1-2` | 4 min 10 s | passed | build 41 s |" in text
+    assert "| beside | `gpu/evidence.sh batch` | 6 min 40 s | passed | - |" in text
+    assert "| 3 | `gpu/evidence.sh tests` |" in text
+    assert "`results/sitting_033_h200_20261202.json`: H200 figure" in text

@@ -6,10 +6,12 @@ exists. Read from the patch files: no applied tree, no vLLM, no GPU."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tarfile
 
 import pytest
 from test_results import H200X2, ROOT, SERIES, script
@@ -205,3 +207,218 @@ def test_profile_target_refuses_a_missing_library(tmp_path):
         text=True,
     )
     assert proc.returncode != 0 and "is not a file" in proc.stderr
+
+
+# --- gpu/evidence.sh ----------------------------------------------------------------
+
+EVIDENCE = ROOT / "gpu" / "evidence.sh"
+
+
+def evidence_setting(name: str) -> str:
+    m = re.search(rf"^{name}=(\S+)$", EVIDENCE.read_text(), re.M)
+    assert m, f"gpu/evidence.sh sets no {name}"
+    return m.group(1)
+
+
+def test_evidence_script_parses_and_names_only_what_exists():
+    assert subprocess.run(["bash", "-n", str(EVIDENCE)], capture_output=True).returncode == 0
+    named = set(re.findall(r"\b(?:gpu|bench)/[\w./-]+\.(?:sh|py)\b", EVIDENCE.read_text()))
+    assert {"gpu/stage2.sh", "gpu/run_tests.py", "gpu/serve.sh", "bench/nvfp4_dequant.py"} <= named
+    for path in sorted(named):
+        assert (ROOT / path).is_file(), f"{path} does not exist"
+
+
+def test_evidence_waits_for_its_own_jobs_by_id():
+    """A bare `wait` also waits for the process substitution that tees the
+    step's log (bash 5.1 on), which ends only with the script: it would hang
+    the call until its limit."""
+    bare = [x for x in EVIDENCE.read_text().splitlines() if re.match(r"^\s*wait\s*(#.*)?$", x)]
+    assert bare == []
+    assert 'wait "$beside"' in EVIDENCE.read_text()
+
+
+def test_evidence_builds_in_one_line_as_the_other_recipes():
+    lines = [x for x in EVIDENCE.read_text().splitlines() if "serieskit build" in x]
+    assert len(lines) == 1
+    assert "python3 -m serieskit build" in lines[0]
+    assert "--arch 75 --ptx --link" in lines[0]
+
+
+def test_evidence_runs_every_single_gpu_test_file_of_the_series():
+    """The globs select the test files of every patch but those that need two
+    GPUs (the overlap) or none (the micro-batch abort), each glob at least
+    one; the files run alone are the ones whose engines profile memory."""
+    import fnmatch
+
+    text = EVIDENCE.read_text()
+    files = series.test_files(ROOT)
+    chosen: dict[str, set[str]] = {}
+    for name in ("ALONE_GLOBS", "TEST_GLOBS"):
+        globs = re.search(rf'^{name}="([^"]+)"', text, re.M | re.S)
+        assert globs, name
+        chosen[name] = set()
+        for g in globs.group(1).split():
+            hits = fnmatch.filter(files, g)
+            assert hits, f"{g} selects no test file of the series"
+            chosen[name].update(hits)
+    skipped = {
+        t
+        for entry in series.read_manifest(ROOT)
+        if entry["name"] in ("tp-prefill-overlap", "dbo-ubatch-abort")
+        for t in entry.get("tests", [])
+    }
+    alone = chosen["ALONE_GLOBS"]
+    assert alone | chosen["TEST_GLOBS"] == set(files) - skipped
+    assert not alone & chosen["TEST_GLOBS"]
+    # The backend's GPU tests boot vLLM on one GPU (memory profiled); NVFP4's
+    # boot only at TP=2 and skip on one GPU.
+    assert alone == {"tests/v1/attention/test_triton_turing_attn.py"}
+
+
+def test_the_sittings_engine_settings_are_the_series_own():
+    """The smoke and serve runs' backend, their share of the GPU, and the
+    series' settings of the serve run: every config field they set is one
+    the series defines (a field moved or renamed shows here)."""
+    backend = evidence_setting("ATTENTION_BACKEND")
+    assert backend == "TRITON_ATTN" or any(backend in p.read_text() for p in PATCHES)
+    assert 0 < float(evidence_setting("GPU_SHARE")) <= 0.35  # beside the other tests
+    assert int(evidence_setting("KV_CACHE_BYTES")) > 0  # no memory profiling beside the tests
+    serve = script("gpu/serve.py")
+    host = class_fields(KERNEL_PY, "HostReduceConfig")
+    assert set(serve.ENGINE["kernel_config"]["host_reduce"]) <= host
+    attention = class_fields("vllm/config/attention.py", "AttentionConfig")
+    assert set(serve.ENGINE["attention_config"]) <= attention
+
+
+def evidence_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """gpu/evidence.sh in a repository copy at ``tmp_path`` (gpu/ linked)."""
+    if not (tmp_path / "gpu").exists():
+        (tmp_path / "gpu").symlink_to(ROOT / "gpu")
+    return subprocess.run(
+        ["bash", "gpu/evidence.sh", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            OUT=str(tmp_path / "out"),
+            KEEP=str(tmp_path / "keep"),
+            EVIDENCE=str(tmp_path / "ev"),
+            RUN_ROOT=str(tmp_path / "run"),
+        ),
+    )
+
+
+def test_evidence_stage_keeps_the_part_and_returns_its_log_and_timeline(tmp_path):
+    part = tmp_path / ".dev" / "gpu" / "part1"
+    part.mkdir(parents=True)
+    (part / "core.xz.00").write_bytes(b"piece")
+    proc = evidence_run(tmp_path, "stage", "part1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "keep" / "core.xz.00").read_bytes() == b"piece"
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["evidence-stage.log", "evidence-stage.tgz"]
+    with tarfile.open(out / "evidence-stage.tgz") as tar:
+        timeline = tar.extractfile("stage/timeline.jsonl").read().decode()
+    (entry,) = [json.loads(x) for x in timeline.splitlines()]
+    assert entry["step"] == "stage" and entry["args"] == "part1" and entry["rc"] == 0
+    assert entry["end"] >= entry["start"] >= entry["machine_start"]
+    assert [p["part"] for p in entry["parts"]] == ["stage-part1"]
+
+
+def test_evidence_on_a_fresh_machine_says_so_and_still_returns_its_files(tmp_path):
+    proc = evidence_run(tmp_path, "tests")
+    assert proc.returncode == 1
+    log = (tmp_path / "out" / "evidence-tests.log").read_text()
+    assert "a fresh machine" in log
+    assert (tmp_path / "out" / "evidence-tests.tgz").is_file()
+
+
+def test_evidence_refuses_an_unknown_step(tmp_path):
+    proc = evidence_run(tmp_path, "everything")
+    assert proc.returncode == 2 and "STEP one of" in proc.stdout
+
+
+def test_serve_takes_engine_arguments_as_flags():
+    serve = script("gpu/serve.py")
+    args = {
+        "attention_backend": "X",
+        "enforce_eager": True,
+        "async_scheduling": False,
+        "kernel_config": {"a": 1},
+        "gpu_memory_utilization": 0.25,
+    }
+    assert serve.flags(args) == [
+        "--attention-backend",
+        "X",
+        "--enforce-eager",
+        "--no-async-scheduling",
+        "--kernel-config",
+        '{"a": 1}',
+        "--gpu-memory-utilization",
+        "0.25",
+    ]
+
+
+def test_evidence_tests_starts_the_batch_waits_and_returns_what_it_wrote(tmp_path):
+    """The hand-off of the batch (its own session) to the call that returns
+    it, on an assembled tree without the series' test files: the batch
+    stops at once, saying so, and the call packs its log and the timeline."""
+    (tmp_path / "run" / "src" / "vllm").mkdir(parents=True)
+    proc = evidence_run(tmp_path, "tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(tmp_path / "out" / "evidence-tests.tgz") as tar:
+        names = set(tar.getnames())
+        log = tar.extractfile("batch/evidence-batch.log").read().decode()
+        timeline = tar.extractfile("batch/timeline.jsonl").read().decode()
+    assert {"batch/done", "tests/timeline.jsonl"} <= names
+    assert "error: no test file in" in log
+    steps = [(e["step"], e["rc"]) for e in map(json.loads, timeline.splitlines())]
+    assert steps == [("batch", 1), ("tests", 0)]
+    # Called again, it returns the finished batch without starting another.
+    again = evidence_run(tmp_path, "tests")
+    assert again.returncode == 0 and "the batch starts" not in again.stdout
+
+
+def test_the_sittings_scripts_import_what_the_series_has():
+    """The series' own modules, names and ops that the sitting's benchmarks
+    and scripts import are in the patches (one renamed shows here, before a
+    sitting spends its time on it)."""
+    import ast
+
+    added = {
+        line.split(" b/", 1)[1]
+        for p in PATCHES
+        for line in p.read_text().splitlines()
+        if line.startswith("diff --git ")
+    }
+    text = "\n".join(p.read_text() for p in PATCHES)
+    own = re.compile(r"sm7x|sm75|turing", re.I)
+    checked = 0
+    for path in (
+        "bench/nvfp4_dequant.py",
+        "bench/prefill_attention.py",
+        "bench/prefill_crossover.py",
+        "gpu/serve.py",
+        "gpu/smoke.py",
+    ):
+        source = (ROOT / path).read_text()
+        code = [source, *re.findall(r'^[A-Z_]+ = """(.*?)"""', source, re.M | re.S)]
+        for node in (n for c in code for n in ast.walk(ast.parse(c))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm")):
+                continue
+            module = node.module or ""
+            if own.search(module):
+                where = module.replace(".", "/")
+                assert f"{where}.py" in added or f"{where}/__init__.py" in added, (
+                    f"{path}: {module} is not a module of the series"
+                )
+                checked += 1
+            for alias in node.names:
+                if own.search(alias.name) and not own.search(module):
+                    assert re.search(rf"\b{alias.name}\b", text), f"{path}: {alias.name}"
+                    checked += 1
+        for op in re.findall(r"torch\.ops\.vllm\.(\w+)", source):
+            assert re.search(rf'"{op}\b|\b{op}\(', text), f"{path}: op {op} is not the series'"
+            checked += 1
+    assert checked >= 4

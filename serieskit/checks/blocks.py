@@ -383,6 +383,54 @@ def commands_timing(ev: Evidence) -> str:
     )
 
 
+def sitting(ev: Evidence) -> str:
+    """The newest sitting of the GPU machine (``nox -s evidence``): each
+    call's time, and the GPU time from the machine's start to the end of
+    its last call against the time a sitting may take."""
+    run = ev.newest(r for r in ev.runs if r.doc.get("kind") == "sitting")
+    if run is None:
+        return (
+            "Not measured yet: no sitting has run (`nox -s evidence -- --collect` writes "
+            "`results/sitting_*.json`)."
+        )
+    d = run.doc
+    calls = [c for c in d.get("calls") or [] if isinstance(c, dict)]
+    # The batch runs in the background, from the bench call to the tests call.
+    numbers = iter(range(1, len(calls) + 1))
+    rows = [
+        [
+            "beside" if c.get("step") == "batch" else str(next(numbers)),
+            f"`gpu/evidence.sh {c.get('step')}{' ' + c['args'] if c.get('args') else ''}`",
+            duration(float(c.get("seconds") or 0)),
+            "passed" if c.get("rc") == 0 else f"exit {c.get('rc')}",
+            ", ".join(
+                f"{p.get('part')} {duration(float(p.get('seconds') or 0))}"
+                + ("" if p.get("rc") == 0 else f" (exit {p.get('rc')})")
+                for p in c.get("parts") or []
+            )
+            or "-",
+        ]
+        for c in calls
+    ]
+    total = float(d.get("machine_s") or 0)
+    limit = float(d.get("limit_s") or 0)
+    lead = (
+        f"Measured: {duration(total)} of GPU time from the machine's start to the end of its "
+        f"last call ({'within' if total <= limit else 'over'} the {duration(limit)} a sitting "
+        "may take"
+        + (
+            f"; the device tool counted {duration(float(d['lease_held_s']))} held"
+            if d.get("lease_held_s") is not None
+            else ""
+        )
+        + ("" if d.get("one_machine", True) else "; the calls ran on more than one machine")
+        + f"), of which {duration(float(d.get('start_s') or 0))} before the first command."
+    )
+    out = [lead, ""] + table(["call", "ran", "took", "outcome", "its parts"], rows)
+    end = ev.predates_note(run, [p.name for p in ev.patches])
+    return "\n".join([*out, "", f"{run.caption()}.{end}"])
+
+
 BLOCKS: dict[str, Callable[[Evidence], str]] = {
     "series": series,
     "commands-timing": commands_timing,
@@ -401,4 +449,5 @@ BLOCKS: dict[str, Callable[[Evidence], str]] = {
     "seed": benchmarks.seed,
     "serve": serve,
     "serve-status": serve_status,
+    "sitting": sitting,
 }

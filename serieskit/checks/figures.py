@@ -5,7 +5,10 @@ A block is the text between ``<!-- figures:NAME -->`` and
 :data:`serieskit.checks.blocks.BLOCKS`. ``python -m serieskit figures``
 rewrites every block of README.md and docs/**/*.md from the results files;
 ``--check`` writes nothing and fails with a unified diff where a block is
-stale, so no figure in the docs can drift from its file. ``--record-ci``
+stale, so no figure in the docs can drift from its file; it also fails where
+text outside the blocks (README.md, docs/, the pull requests' bodies) cites a
+one-GPU results file that ran before the current version of the files it
+covers without saying so (:func:`stale_citations`). ``--record-ci``
 copies a complete CI run's stage durations (``.work/ci/timings.json``,
 written by ``nox -s ci``) to ``results/ci_timings.json`` with the results
 header, for the timing blocks.
@@ -18,13 +21,14 @@ import json
 import os
 import platform
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from serieskit import results
-from serieskit.checks import pipeline
+from serieskit.checks import benchmarks, pipeline
 from serieskit.checks.blocks import BLOCKS
-from serieskit.checks.evidence import CI_TIMINGS, RESULTS, Evidence, duration
+from serieskit.checks.evidence import CI_TIMINGS, RESULTS, Evidence, Run, duration
 from serieskit.errors import ToolkitError
 from serieskit.state import WORK
 
@@ -124,6 +128,102 @@ def update(root: Path, log: Callable[[str], object] = print) -> list[Path]:
     return changed
 
 
+# --- text that cites a results file -------------------------------------------------
+
+CITED = re.compile(r"(?<![\w.-])([\w.-]+\.json)\b")
+# Words that say a cited run is earlier evidence: the figures generator's
+# own ("It ran before the current version of ..."), or a label put there.
+EARLIER = re.compile(
+    r"ran before the current version|earlier (?:evidence|version|revision|run)|"
+    r"before the current (?:version|code)|predates",
+    re.IGNORECASE,
+)
+# A results file's patches by its name, where its kind does not say (benchmarks).
+COVERED_BY_NAME = {
+    "bench_prefill_": benchmarks.TURING,
+    "paged_prefill_": benchmarks.TURING,
+    "sm75_static_": benchmarks.TURING,
+    "nvfp4_": benchmarks.NVFP4,
+    "sm7x_static_nvfp4": benchmarks.NVFP4,
+    "bench_host_reduce": benchmarks.HOST_REDUCE,
+    "host_reduce": benchmarks.HOST_REDUCE,
+}
+
+
+def covered(ev: Evidence, run: Run) -> list[str]:
+    """The patches (Patch-Names) a results file speaks for: those listing its
+    test files; a benchmark's by its name; the whole series for the rest (the
+    smoke and serve runs, and any file this cannot place)."""
+    every = [p.name for p in ev.patches]
+    tests = [t for t in run.doc.get("test_files") or {} if t.startswith("tests/")]
+    if tests and len(tests) == len(run.doc.get("test_files") or {}):
+        listing = {n for t in tests for n in ev.covering(t)}
+        return [n for n in every if n in listing] or every
+    for prefix, names in COVERED_BY_NAME.items():
+        if run.name.startswith(prefix) and run.doc.get("kind") != "tests":
+            return names
+    return every
+
+
+def claims(text: str) -> list[tuple[int, str]]:
+    """(first line, text) of each claim outside the figures blocks and the
+    fenced code (commands name the files they write): a paragraph, a list
+    item or a table row."""
+    skip = {i for _, a, b in blocks_in(text, "") for i in range(a, b + 1)}
+    out: list[tuple[int, list[str]]] = []
+    new, fenced = True, False
+    for i, line in enumerate(text.split("\n")):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        if i in skip or fenced or not stripped or stripped.startswith("```"):
+            new = True
+            continue
+        if new or re.match(r"^(\||[-*+] |\d+\. )", stripped):
+            out.append((i + 1, []))
+        out[-1][1].append(line)
+        new = False
+    return [(n, "\n".join(lines)) for n, lines in out]
+
+
+def stale_citations(root: Path, ev: Evidence | None = None) -> list[str]:
+    """Each claim of README.md, docs/ and reports/pr/*/body.md that cites a
+    one-GPU results file which ran before the current version of files it
+    covers (a pull request's body: its own patches), unless the claim says
+    it is earlier evidence."""
+    ev = ev or Evidence(root)
+    one_gpu = {r.name: r for r in ev.gpu_runs() if r.gpus == 1}
+    groups = _pr_groups(root)
+    found = []
+    bodies = sorted((root / "reports" / "pr").glob("*/body.md"))
+    for path in [*documents(root), *bodies]:
+        rel = str(path.relative_to(root))
+        names = groups.get(path.parent.name) if path.name == "body.md" else None
+        for line, claim in claims(path.read_text()):
+            cited = [n for n in dict.fromkeys(CITED.findall(claim)) if n in one_gpu]
+            if not cited or EARLIER.search(claim):
+                continue
+            for name in cited:
+                run = one_gpu[name]
+                words = ev.predates(run, names or covered(ev, run))
+                if words:
+                    found.append(
+                        f"{rel}:{line}: cites `{name}`, which {words}: say it is earlier "
+                        'evidence (e.g. "It ran before the current version of ..."), or '
+                        "cite a run of the current version (nox -s evidence)"
+                    )
+    return found
+
+
+def _pr_groups(root: Path) -> dict[str, list[str]]:
+    """Each pull request's Patch-Names (patches/manifest.toml ``[[pr]]``)."""
+    try:
+        manifest = tomllib.loads((root / "patches" / "manifest.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {g["name"]: list(g.get("patches", [])) for g in manifest.get("pr", []) if "name" in g}
+
+
 # --- CI's own timing ----------------------------------------------------------------
 
 
@@ -183,6 +283,12 @@ def session(root: Path, check_only: bool = False, record: bool = False) -> None:
                 "figures: blocks in the docs differ from results/: "
                 "run `nox -s figures` and commit\n" + diff
             )
-        print("figures: every block is current")
+        stale = stale_citations(root)
+        if stale:
+            raise ToolkitError(
+                "figures: text cites one-GPU runs of files changed since, as if current:\n"
+                + "\n".join(stale)
+            )
+        print("figures: every block is current; no text cites an earlier run as current")
         return
     update(root)
