@@ -9,7 +9,7 @@ rest are skipped:
 
 1. build the wheel with the toolkit from the assembled tree (stage2: the
    overlay, the core module, FlashAttention) and the released wheel's
-   dist-info (serve.sh unpacks part2/release.tar.xz), vllm._sm7x_C linked
+   dist-info (serve.sh unpacks part2/release.tar.xz), vllm._sm7x_C_stable_libtorch linked
    here for sm_75 with compute_75 PTX (the H200 runs it through the PTX);
 2. ``pip install --no-index --no-deps --target`` into a fresh folder;
 3. what ``vllm serve`` imports at startup, from that folder and the image
@@ -19,7 +19,8 @@ rest are skipped:
    recorded, the run goes on when it fails;
 4. from that folder alone (its requirements from the image and stage2's
    wheels): the package's place and version, ``vllm --version``, and
-   _sm7x_C loaded with a kernel image for this GPU (its probes);
+   the csrc/sm7x ops registered (vllm._sm7x_C_stable_libtorch, imported by
+   the platform) with a kernel image for this GPU (their probes);
 5. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
    written here, nothing downloaded);
 6. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
@@ -85,12 +86,15 @@ ROUTES = {
     "Turing prefill attention": [r"The Turing prefill attention is off"],
     "TP prefill overlap": [r"TP prefill overlap: prefill batches of at least"],
     "NVFP4 SM7x dequant": [r"NVFP4 SM7x dequant:"],
-    "_sm7x_C loading": [r"Failed to load .*_sm7x_C", r"_sm7x_C is not built"],
+    "csrc/sm7x ops": [
+        r"this vLLM build has no host all-reduce ops",
+        r"this vLLM build has no paged_prefill_attention_sm75",
+    ],
 }
 MODULE_CHECK = """
 import json, torch
-from vllm import _sm7x_ops
-loaded = _sm7x_ops.load()
+from vllm import _sm7x_ops  # imports the platform's kernels
+loaded = _sm7x_ops.has_op("host_reduce_probe")
 probes = {}
 if loaded:
     for name in ("host_reduce_probe", "paged_prefill_attention_sm75_probe"):
@@ -311,7 +315,7 @@ def main() -> int:
             return {"vllm": where[0], "version": where[1], "vllm --version": cli, "sm7x_C": module}
 
         body["installed"] = step(
-            "import vllm, vllm --version, _sm7x_C probes from the target", check
+            "import vllm, vllm --version, csrc/sm7x probes from the target", check
         )
 
         # 5. the checkpoint

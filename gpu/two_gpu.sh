@@ -79,7 +79,7 @@ arms=(e2e/arms/reference.json e2e/arms/copy_engine.json e2e/arms/overlap.json
   e2e/arms/overlap_copy_engine.json)
 case $step in
   build)
-    # Assemble the release with the overlay, build _sm7x_C with compute_75
+    # Assemble the release with the overlay, build the csrc/sm7x module with compute_75
     # PTX: $OUT/build_report.json, $OUT/sass.tgz.
     export TESTS=none
     bounded 560 bash gpu/stage2.sh

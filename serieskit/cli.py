@@ -381,7 +381,8 @@ def _parser() -> argparse.ArgumentParser:
     wh.add_argument(
         "--no-module",
         action="store_true",
-        help="leave vllm._sm7x_C out (no CUDA toolkit here): the series' kernels stay off",
+        help="leave vllm._sm7x_C_stable_libtorch out (no CUDA toolkit here): "
+        "the series' kernels stay off",
     )
     wh.add_argument("--ptx", action="store_true", help="add compute_75 PTX to the module")
     wh.add_argument(

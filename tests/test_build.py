@@ -116,3 +116,88 @@ def test_arch_the_local_nvcc_lacks_compiles_through_cuda12(tmp_path):
         assert (tmp_path / "out" / "add.sm_70.cubin").stat().st_size > 0
         with pytest.raises(ToolkitError, match="linking a module for it needs a CUDA 12.x nvcc"):
             build.build(tree, tmp_path / "out", archs=("70",), link=True, log=lambda *a: None)
+
+
+# A binding on the libtorch stable ABI, as csrc/sm7x's are, in a namespace of
+# the test's own, and the module-init header of vLLM's tree it is built with.
+STABLE_BINDING = """\
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <cuda_runtime.h>
+
+namespace {
+int64_t twice(int64_t x) {
+  STD_TORCH_CHECK(x >= 0, "twice: x must be non-negative");
+  return 2 * x;
+}
+}  // namespace
+
+STABLE_TORCH_LIBRARY_FRAGMENT(_serieskit_link_test, m) {
+  m.def("twice(int x) -> int");
+}
+STABLE_TORCH_LIBRARY_IMPL(_serieskit_link_test, CompositeExplicitAutograd, m) {
+  m.impl("twice", TORCH_BOX(&twice));
+}
+"""
+REGISTRATION_H = """\
+#pragma once
+#include <Python.h>
+#define _CONCAT(A, B) A##B
+#define CONCAT(A, B) _CONCAT(A, B)
+#define _STRINGIFY(A) #A
+#define STRINGIFY(A) _STRINGIFY(A)
+#define REGISTER_EXTENSION(NAME)                                               \\
+  PyMODINIT_FUNC CONCAT(PyInit_, NAME)() {                                     \\
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,                 \\
+                                        STRINGIFY(NAME), nullptr, 0, nullptr}; \\
+    return PyModule_Create(&module);                                           \\
+  }
+"""
+
+
+def test_cuda_root_sees_through_a_wrapper_script(tmp_path):
+    # nvcc on PATH may be a script that runs the toolkit's nvcc: its headers
+    # are in the toolkit's root, not beside the script.
+    root = tmp_path / "cuda-13.9"
+    (root / "bin").mkdir(parents=True)
+    real = root / "bin" / "nvcc"
+    real.write_text(f'#!/bin/sh\necho "#$ TOP={root}/bin/.."\n')
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    for f in (real, wrapper):
+        f.chmod(0o755)
+    assert build.cuda_root(str(wrapper)) == root
+
+
+@needs_nvcc
+def test_link_builds_an_importable_stable_abi_module(tmp_path):
+    """--link: the bindings compiled for the stable ABI of the recipe's torch
+    (no libtorch C++ symbol in the module), linked with the kernels into an
+    abi3 module that Python imports and that registers its ops."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    assert "-DTORCH_TARGET_VERSION=0x020B000000000000ULL" in recipe.native().cxx_defines
+    tree = tree_with(tmp_path, {"k.cu": GOOD, "k_ops.cpp": STABLE_BINDING})
+    (tree / "csrc" / "core").mkdir()
+    (tree / "csrc" / "core" / "registration.h").write_text(REGISTRATION_H)
+    report = build.build(tree, tmp_path / "out", archs=("75",), link=True, log=lambda *a: None)
+    so = tmp_path / "out" / f"{recipe.native().module}.abi3.so"
+    assert report.module == str(so) and so.exists()
+    undefined = subprocess.run(
+        ["nm", "-D", "--undefined-only", str(so)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "aoti_torch_" in undefined or "torch_library_impl" in undefined
+    for cxx_api in ("_ZN3c10", "_ZN2at", "_ZN5torch"):
+        assert cxx_api not in undefined, cxx_api
+    code = (
+        f"import sys; sys.path.insert(0, {str(so.parent)!r})\n"
+        "import torch\n"
+        f"import {recipe.native().module}\n"
+        "print(torch.ops._serieskit_link_test.twice(21))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "42"

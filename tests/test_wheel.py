@@ -180,7 +180,7 @@ def test_wheel_is_the_release_plus_the_series(series_root, release):
     meta = z.read(f"vllm-{version}.dist-info/METADATA").decode()
     assert f"\nVersion: {version}\n" in meta and f"series commit {head}" in meta
     assert "Requires-Dist: torch==2.14.0" in meta  # the release's requirements, as they are
-    assert "without vllm._sm7x_C" in meta
+    assert "without vllm._sm7x_C_stable_libtorch" in meta
     info = json.loads(z.read("vllm/_series.json"))
     assert info["version"] == version and info["series"]["commit"] == head
     assert info["sm7x_C"] is None and info["released_wheel"]["omitted"] == []
@@ -428,7 +428,9 @@ def test_a_failed_link_names_the_way_on(series_root, release, linker, monkeypatc
     monkeypatch.setattr(build, "build", fails)
     assert cli.run(["wheel"], series_root) == 1
     first, *details = capsys.readouterr().err.strip().splitlines()
-    assert first.startswith("error: wheel: linking vllm._sm7x_C failed (build: compiling")
+    assert first.startswith(
+        "error: wheel: linking vllm._sm7x_C_stable_libtorch failed (build: compiling"
+    )
     assert "--no-module" in first and details == ["  cuda_runtime_api.h: no such file"]
     assert not (series_root / "dist").exists()
 

@@ -1,9 +1,15 @@
-"""Build the series' native extension, ``vllm._sm7x_C``, for sm_70 / sm_75.
+"""Build the series' native code (``csrc/sm7x/``) for sm_70 / sm_75, and link
+it into a module of its own for a released vLLM wheel.
 
 The sources live in the patched tree under ``csrc/sm7x/`` (the convention is
 in that folder's README): ``*.cu`` files hold kernels and launchers without
 torch headers, so each compiles with plain nvcc; ``*_sm75.cu`` files are
-Turing-only; ``*_ops.cpp`` files hold the torch bindings.
+Turing-only; ``*_ops.cpp`` files hold the torch bindings on the libtorch
+stable ABI. In a vLLM build they join ``_C_stable_libtorch``; a released
+wheel's ``_C_stable_libtorch`` cannot be rebuilt, so ``--link`` builds the
+same sources as the module the recipe names, which registers the same ops
+into the same namespace (``torch.ops._C``) and which vLLM imports where it
+exists (``CudaPlatform.import_kernels``).
 
 What it compiles, for which architectures and with which toolchain is the
 recipe's, build/recipe.toml (:mod:`.recipe`); this module holds the how.
@@ -278,19 +284,47 @@ def sass_census(obj: Path) -> dict[str, dict[str, int]]:
     return sass_opcodes(proc.stdout) if proc.returncode == 0 else {}
 
 
-def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Path:
-    """Compile the torch bindings and link ``_sm7x_C`` (needs torch + CUDA)."""
+def cuda_root(nvcc: str) -> Path:
+    """The CUDA toolkit's root of ``nvcc`` (its headers and libraries), from
+    nvcc itself: ``nvcc`` on PATH may be a wrapper script outside it."""
     try:
-        import torch
+        proc = _run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], False)
+    except ToolkitError:  # not runnable: the caller's own error says so
+        return Path(nvcc).resolve().parent.parent
+    m = re.search(r"^#\$ TOP=(.+)$", proc.stdout + proc.stderr, re.MULTILINE)
+    return Path(m.group(1).strip()).resolve() if m else Path(nvcc).resolve().parent.parent
+
+
+# The module's init: the bindings register their ops when the library loads;
+# Python's import needs PyInit_<module> (vLLM's csrc/core/registration.h).
+_MODULE_INIT = '#include "core/registration.h"\nREGISTER_EXTENSION({module})\n'
+
+
+def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Path:
+    """Compile the torch bindings and link them with the kernels into an
+    importable module (needs torch + CUDA). The bindings use the libtorch
+    stable ABI of the recipe's target version, as vLLM's ``_C_stable_libtorch``
+    does, so one module serves every torch from that version on; the module is
+    abi3, as vLLM's are."""
+    try:
+        import sysconfig
+
         from torch.utils import cpp_extension
     except ImportError as e:
         raise ToolkitError(f"linking {recipe.native().module} needs torch: {e}") from e
-    cuda_home = Path(nvcc).resolve().parent.parent
-    includes = [*cpp_extension.include_paths(), str(cuda_home / "include")]
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    native = recipe.native()
+    cuda_home = cuda_root(nvcc)
+    includes = [
+        *cpp_extension.include_paths(),
+        str(cuda_home / "include"),
+        sysconfig.get_paths()["include"],
+        str(tree / "csrc"),
+    ]
+    init = out / "module_init.cpp"
+    init.write_text(_MODULE_INIT.format(module=native.module))
+    src = tree / native.sources
     cpp_objs = []
-    src = tree / recipe.native().sources
-    for cpp in sorted(src.glob("*.cpp")):
+    for cpp in [*sorted(src.glob("*.cpp")), init]:
         obj = out / (cpp.stem + ".cpp.o")
         _run_or_raise(
             [
@@ -300,16 +334,16 @@ def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Pat
                 "-o",
                 str(obj),
                 "-O2",
-                f"-std={recipe.native().cxx_std}",
+                f"-std={native.cxx_std}",
                 "-fPIC",
-                f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                *native.cxx_defines,
                 *(f"-I{i}" for i in includes),
                 f"-I{src}",
             ],
             f"compiling {cpp.name}",
         )
         cpp_objs.append(obj)
-    so = out / f"{recipe.native().module}.abi3.so"
+    so = out / f"{native.module}.abi3.so"
     libdirs = [
         *cpp_extension.library_paths(),
         str(cuda_home / "lib64"),
@@ -325,13 +359,12 @@ def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Pat
             *map(str, objects),
             *(f"-L{d}" for d in libdirs),
             *(f"-Wl,-rpath,{d}" for d in cpp_extension.library_paths()),
-            "-lc10",
+            # The stable ABI's C shims (aoti_torch_*) live in these.
             "-ltorch",
             "-ltorch_cpu",
-            "-lc10_cuda",
             "-ltorch_cuda",
+            "-lc10",
             "-lcudart",
-            "-lcuda",
         ],
         f"linking {so.name}",
     )

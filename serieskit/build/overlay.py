@@ -253,7 +253,7 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     machine's loads (``.dev/gpu``, a port's ``.dev/gpu-VERSION``)."""
     t = target.of(where)
     tree = series.applied_tree(t)
-    module = next(t.out("build").glob("_sm7x_C*.so"), None)
+    module = next(t.out("build").glob(f"{recipe.native().module}*.so"), None)
     build_overlay(tree, t.root / "overlays" / f"vllm-{t.version}", module, log=log)
     if gpu:
         head = State.load(t).head or "?"

@@ -31,6 +31,7 @@ class Native:
     ptx_arch: str
     nvcc_flags: tuple[str, ...]
     cxx_std: str  # -std= of the torch bindings
+    cxx_defines: tuple[str, ...]  # -D flags of the torch bindings (stable ABI, abi3)
     kernels: tuple[tuple[str, tuple[str, ...]], ...]  # (file name glob, archs), in order
     cuda12_nvrtc: tuple[str, ...]
     full_arch_list: str
@@ -107,6 +108,7 @@ def native() -> Native:
         ptx_arch=get("native.ptx_arch"),
         nvcc_flags=tuple(get("native.nvcc_flags", list)),
         cxx_std=get("native.cxx_std"),
+        cxx_defines=tuple(get("native.cxx_defines", list)),
         kernels=tuple((p, tuple(a)) for p, a in kernels.items()),
         cuda12_nvrtc=tuple(get("toolchain.cuda12_nvrtc.packages", list)),
         full_arch_list=get("full.torch_cuda_arch_list"),

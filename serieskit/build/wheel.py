@@ -16,7 +16,7 @@ is written:
   ids check. Every file the series does not change must be the released
   wheel's own (RECORD's sha256): the wheel is the release plus the series,
   nothing else;
-- ``vllm/_sm7x_C.abi3.so``, linked by this session for sm_75 (and sm_70 where
+- ``vllm/_sm7x_C_stable_libtorch.abi3.so``, linked by this session for sm_75 (and sm_70 where
   the local nvcc targets it, CUDA 12.x) against this Python's torch, unless
   ``--no-module``: the wheel then says in its version (``.nosm7x``) that the
   extension is absent, and the series' kernels stay off.
@@ -30,7 +30,7 @@ left out, listed in ``vllm/_series.json``, and the version says ``.partial``.
 Why not upstream's precompiled path (``VLLM_USE_PRECOMPILED=1`` with
 ``VLLM_PRECOMPILED_WHEEL_LOCATION``): its setup.py extracts a fixed list of
 members from the released wheel and then skips every native build
-(``precompiled_build_ext``), so ``_sm7x_C`` is neither built nor packaged; it
+(``precompiled_build_ext``), so ``_sm7x_C_stable_libtorch`` is neither built nor packaged; it
 needs the build requirements (torch 2.14.0, setuptools-scm, setuptools-rust,
 cmake) in the build environment, which the GPU machine lacks without
 network; it names the result ``+precompiled`` or after ``git describe``, and
@@ -88,7 +88,7 @@ PARTIAL_LABEL = "partial"
 
 
 NO_MODULE_HINT = (
-    "or pass --no-module for a wheel without vllm._sm7x_C (the series' Turing "
+    "or pass --no-module for a wheel without vllm._sm7x_C_stable_libtorch (the series' Turing "
     "kernels then stay off)"
 )
 
@@ -196,7 +196,7 @@ def wheel_file(tags: tuple[str, str, str]) -> bytes:
     ).encode()
 
 
-# --- vllm._sm7x_C ------------------------------------------------------------------
+# --- vllm._sm7x_C_stable_libtorch ---------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -210,14 +210,14 @@ def _torch_with_cuda() -> tuple[str, str]:
         import torch
     except ImportError:
         raise ToolkitError(
-            f"wheel: linking vllm._sm7x_C needs torch with CUDA in this Python "
+            f"wheel: linking vllm._sm7x_C_stable_libtorch needs torch with CUDA in this Python "
             f"({sys.executable}): run the session where the torch you serve with is "
             f"installed, {NO_MODULE_HINT}"
         ) from None
     if not torch.version.cuda:
         raise ToolkitError(
             f"wheel: torch {torch.__version__} in {sys.executable} has no CUDA: linking "
-            f"vllm._sm7x_C needs a CUDA build of torch, {NO_MODULE_HINT}"
+            f"vllm._sm7x_C_stable_libtorch needs a CUDA build of torch, {NO_MODULE_HINT}"
         )
     return str(torch.__version__), str(torch.version.cuda)
 
@@ -232,14 +232,15 @@ def sources_digest(folder: Path) -> str:
 
 
 def build_module(tree: Path, out: Path, ptx: bool, log=print) -> Module:
-    """Link ``_sm7x_C`` from ``tree``'s csrc/sm7x for sm_75 (and sm_70 where
+    """Link ``_sm7x_C_stable_libtorch`` from ``tree``'s csrc/sm7x for sm_75 (and sm_70 where
     nvcc targets it) against this Python's torch; a build of the same sources
     with the same toolchain, whose file is unchanged, is reused."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise ToolkitError(
-            "wheel: no CUDA toolkit (nvcc not found on PATH): vllm._sm7x_C is compiled "
-            "here; install the CUDA toolkit (12.x builds sm_70 and sm_75, 13.x sm_75 only) "
+            "wheel: no CUDA toolkit (nvcc not found on PATH): "
+            "vllm._sm7x_C_stable_libtorch is compiled here; install the CUDA toolkit "
+            "(12.x builds sm_70 and sm_75, 13.x sm_75 only) "
             f"and torch with CUDA, {NO_MODULE_HINT}"
         )
     src = tree / recipe.native().sources
@@ -273,8 +274,8 @@ def build_module(tree: Path, out: Path, ptx: bool, log=print) -> Module:
     except ToolkitError as e:
         first, _, details = str(e).partition("\n")
         raise ToolkitError(
-            f"wheel: linking vllm._sm7x_C failed ({first}): fix the toolchain (CUDA headers "
-            f"and libraries under {Path(nvcc).resolve().parent.parent}), {NO_MODULE_HINT}"
+            f"wheel: linking vllm._sm7x_C_stable_libtorch failed ({first}): fix the toolchain "
+            f"(CUDA headers and libraries under {build.cuda_root(nvcc)}), {NO_MODULE_HINT}"
             + (f"\n{details}" if details else "")
         ) from None
     if not report.module:
@@ -347,10 +348,10 @@ def assemble(
         f"series commit {commit} (vllm/_series.json), assembled by the series toolkit from "
         f"the released wheel {rel.file} (sha256 {rel.sha256}) and the patched Python tree; "
         + (
-            f"vllm._sm7x_C linked for {', '.join(module.info['archs'])} against torch "
-            f"{module.info['torch']}."
+            f"vllm._sm7x_C_stable_libtorch linked for {', '.join(module.info['archs'])} "
+            f"against torch {module.info['torch']} (stable ABI of torch 2.11)."
             if module is not None
-            else "without vllm._sm7x_C: the series' Turing kernels are absent."
+            else "without vllm._sm7x_C_stable_libtorch: the series' Turing kernels are absent."
         )
         + (f" {len(p.omitted)} released files were not carried (see omitted)." if p.omitted else "")
     )
@@ -372,7 +373,11 @@ def assemble(
     write_atomically(dest, fill)
     log(
         f"wheel: {dest} ({dest.stat().st_size / 2**20:.0f} MiB, {len(ordered) + 1} files; "
-        + (f"vllm._sm7x_C for {', '.join(module.info['archs'])}" if module else "no vllm._sm7x_C")
+        + (
+            f"vllm._sm7x_C_stable_libtorch for {', '.join(module.info['archs'])}"
+            if module
+            else "no vllm._sm7x_C_stable_libtorch"
+        )
         + (f"; {len(p.omitted)} released files not carried" if p.omitted else "")
         + ")"
     )

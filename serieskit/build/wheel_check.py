@@ -4,20 +4,23 @@ That is the environment it installed the wheel into, run with that
 environment's Python in isolated mode: only the standard library, vLLM and
 its requirements.
 
-    python -I wheel_check.py EXPECTED_VERSION ENVIRONMENT
+    python -I wheel_check.py EXPECTED_VERSION ENVIRONMENT MODULE
 
 Checks that vLLM is imported from ENVIRONMENT, that its version (package
 metadata and ``vllm.__version__``) is the wheel's, that ``vllm/_series.json``
 names the same version, and that the series' ops register on this machine:
-every op of ``_sm7x_C`` (by the extension where it loads, otherwise from its
-schemas with its fake implementations), the host all-reduce's fake accepting
-what the kernel takes and refusing a misaligned input under FakeTensorMode,
+every op of ``csrc/sm7x`` in ``torch.ops._C`` (by the wheel's module of them,
+``vllm/MODULE``, imported as ``CudaPlatform.import_kernels`` imports it, where
+the wheel has it; otherwise from their schemas with their
+fake implementations), the host all-reduce's fake accepting what the kernel
+takes and refusing a misaligned input under FakeTensorMode,
 and ``torch.ops.vllm.nvfp4_sm7x_linear``. Prints one JSON line; a failed
 check exits with status 1 and its reason.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import sys
@@ -29,7 +32,7 @@ def fail(reason: str) -> None:
     raise SystemExit(1)
 
 
-def main(expected: str, prefix: Path) -> dict:
+def main(expected: str, prefix: Path, module: str) -> dict:
     import vllm
 
     where = Path(vllm.__file__).resolve().parent
@@ -46,16 +49,24 @@ def main(expected: str, prefix: Path) -> dict:
 
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # The platform imports the module on CUDA machines only; this one may
+    # have no GPU, so the check imports it itself.
+    loaded = (where / f"{module}.abi3.so").exists()
+    if loaded:
+        importlib.import_module(f"vllm.{module}")
     from vllm import _sm7x_ops
 
-    loaded = _sm7x_ops.load()
-    _sm7x_ops.define_schemas()  # a no-op where the extension loaded
-    namespace = torch.ops._sm7x_C
+    unbuilt = [name for name in _sm7x_ops.SCHEMAS if not _sm7x_ops.has_op(name)]
+    if loaded and unbuilt:
+        fail(f"ops the wheel's module does not register: {unbuilt}")
+    _sm7x_ops.define_schemas()  # the ops without kernels, where none is built
+    namespace = torch.ops._C
     missing = [name for name in _sm7x_ops.SCHEMAS if not hasattr(namespace, name)]
     if missing:
-        fail(f"ops of _sm7x_C not registered: {missing}")
+        fail(f"ops of csrc/sm7x not registered: {missing}")
     with FakeTensorMode():
-        inp = torch.empty(64, dtype=torch.float16)
+        inp = torch.empty(64, dtype=torch.float16, device="cuda")
         out = torch.empty_like(inp)
         namespace.host_reduce_kernel(0, inp, out)
         try:
@@ -82,4 +93,4 @@ def main(expected: str, prefix: Path) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], Path(sys.argv[2]))))
+    print(json.dumps(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3])))

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from serieskit.build import recipe
 from serieskit.errors import ToolkitError, failed, last_line
 
 CHECK_SCRIPT = Path(__file__).with_name("wheel_check.py")
@@ -82,7 +83,14 @@ def verify_install(wheel: Path, log=print) -> dict:
         report = json.loads(
             last_line(
                 _run(
-                    [str(py), "-I", str(CHECK_SCRIPT), expected, str(venv)],
+                    [
+                        str(py),
+                        "-I",
+                        str(CHECK_SCRIPT),
+                        expected,
+                        str(venv),
+                        recipe.native().module,
+                    ],
                     "the check in the new environment",
                     cwd=tmp,
                     env=env,
@@ -101,14 +109,14 @@ def verify_install(wheel: Path, log=print) -> dict:
         )
     report.update(times, vllm_version_cli=shown)
     how = (
-        "by the extension"
+        "by the wheel's module"
         if report["extension_loaded"]
-        else "from their schemas, with their fakes: no extension here"
+        else "from their schemas, with their fakes: no module in the wheel"
     )
     log(
         f"wheel --verify: pip installed {wheel.name} into a fresh environment "
         f"({times['install_s']:.1f} s); import vllm from it, version {expected}, "
-        f"{len(report['ops'])} ops of _sm7x_C registered "
+        f"{len(report['ops'])} ops of csrc/sm7x registered "
         f"({how}), "
         f"torch.ops.vllm.nvfp4_sm7x_linear registered ({times['check_s']:.1f} s); "
         f"vllm --version: {shown} ({times['version_s']:.1f} s)"
