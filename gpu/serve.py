@@ -75,7 +75,7 @@ ROUTES = {
     ],
     "Turing prefill attention": [r"The Turing prefill attention is off"],
     "TP prefill overlap": [r"TP prefill overlap: prefill batches of at least"],
-    "NVFP4 SM7x dequant": [r"NVFP4 SM7x dequant:"],
+    "NVFP4 dequant_fp16": [r"NVFP4 dequant_fp16:"],
     "_sm7x_C loading": [r"Failed to load .*_sm7x_C", r"_sm7x_C is not built"],
 }
 MODULE_CHECK = """

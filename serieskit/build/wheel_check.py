@@ -12,7 +12,7 @@ names the same version, and that the series' ops register on this machine:
 every op of ``_sm7x_C`` (by the extension where it loads, otherwise from its
 schemas with its fake implementations), the host all-reduce's fake accepting
 what the kernel takes and refusing a misaligned input under FakeTensorMode,
-and ``torch.ops.vllm.nvfp4_sm7x_linear``. Prints one JSON line; a failed
+and ``torch.ops.vllm.nvfp4_dequant_fp16_linear``. Prints one JSON line; a failed
 check exits with status 1 and its reason.
 """
 
@@ -68,10 +68,10 @@ def main(expected: str, prefix: Path) -> dict:
         else:
             fail("the host all-reduce's fake took a misaligned input")
 
-    import vllm.model_executor.kernels.linear.nvfp4.sm7x_dequant  # noqa: F401
+    import vllm.model_executor.kernels.linear.nvfp4.dequant_fp16  # noqa: F401
 
-    if not hasattr(torch.ops.vllm, "nvfp4_sm7x_linear"):
-        fail("torch.ops.vllm.nvfp4_sm7x_linear is not registered")
+    if not hasattr(torch.ops.vllm, "nvfp4_dequant_fp16_linear"):
+        fail("torch.ops.vllm.nvfp4_dequant_fp16_linear is not registered")
     return {
         "vllm": str(where),
         "versions": versions,
