@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Benchmark of the NVFP4 dequantization to fp16 (patch 0008) on any CUDA GPU
-of compute capability 7.5 or higher (Marlin's layout needs gptq_marlin_repack).
+of compute capability 7.5 or higher (Marlin's layout needs gptq_marlin_repack;
+the emulation arms need 8.9, for Triton's fp8 types).
 
 Runs on the GPU machine with the patched tree's ``vllm`` first on PYTHONPATH
 (``gpu/stage2.sh`` sets it up). For the seed's per-rank shapes (N x K of
-Qwen3.8-27B at TP=2) and every tile (16-element groups per program), both
-layouts (Marlin's, which SM75 and newer keep; the checkpoint's, SM70's):
+Qwen3.8-27B at TP=2) and every tile (16-element groups per program) of the
+kernel that reads Marlin's layout (what the layer keeps):
 
 - the kernel's bandwidth, bytes read (codes and scales) plus bytes written
   (fp16), over the median time of single launches after warm-up, each launch
@@ -14,11 +15,17 @@ layouts (Marlin's, which SM75 and newer keep; the checkpoint's, SM70's):
 - that bandwidth as a fraction of the device-to-device copy bandwidth
   (read + write of a 1 GiB copy) measured in the same run; the goal at the
   device's default tile is 0.8 or more;
-- every tile's output against the default tile's (bit-identical expected).
+- every tile's output against the default tile's (bit-identical expected);
+- beside it, upstream's own dequantization of the checkpoint's layout
+  (``dequantize_to_dtype``, the emulation backend's), timed the same way and
+  compared bit for bit.
 
 And for the prefill GEMM at M = 2048 (plus a sweep of M, for the crossover
 on this GPU): dequantization + cuBLAS (F.linear) against Marlin's FP4 GEMM
-on the same weights, cuBLAS alone, and the registered op end to end.
+on the same weights, cuBLAS alone, the registered op end to end, and
+upstream's EmulationNvFp4LinearKernel in the same run: its apply_weights as
+it is (activations quantized to FP4, then dequantize + matmul) and its
+weight dequantization + cuBLAS alone (the one step the two paths share).
 
 Figures are of the GPU it runs on (an H200 here), never of a Turing or Volta
 card; the seed's Turing figures are quoted in the output as the seed's.
@@ -106,14 +113,46 @@ def marlin_layer(weight, scales, global_scale):
     return layer
 
 
-def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]:
-    """Marlin, dequantization + cuBLAS, cuBLAS alone and the op at each M of
-    the sweep, on one layer's weights."""
-    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
+def emulation_arm(checkpoint_args):
+    """Upstream's EmulationNvFp4LinearKernel on a layer that keeps the
+    checkpoint's layout, as the emulation backend serves it."""
+    from vllm.model_executor.kernels.linear import NvFp4LinearLayerConfig
+    from vllm.model_executor.kernels.linear.nvfp4.emulation import (
+        EmulationNvFp4LinearKernel,
+    )
+
+    weight, scales, g = checkpoint_args
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+    layer.weight_scale = torch.nn.Parameter(scales.view(torch.float8_e4m3fn), requires_grad=False)
+    layer.weight_global_scale = torch.nn.Parameter(g, requires_grad=False)
+    kernel = EmulationNvFp4LinearKernel(NvFp4LinearLayerConfig())
+    kernel.process_weights_after_loading(layer)
+    return kernel, layer
+
+
+def emulation_dequant(checkpoint_args):
+    """The emulation backend's weight dequantization (upstream's Triton kernel
+    for the checkpoint's layout), to a new fp16 tensor as it runs there."""
+    from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import (
+        dequantize_to_dtype,
+    )
+
+    weight, scales, g = checkpoint_args
+    return dequantize_to_dtype(
+        weight, scales.view(torch.float8_e4m3fn), g, torch.float16, 16, swizzle=False
+    )
+
+
+def gemm_sweep(layer, marlin_args, checkpoint_args, out, groups, a, flush, figures) -> list[dict]:
+    """Marlin, dequantization + cuBLAS, cuBLAS alone, the op and the emulation
+    kernel at each M of the sweep, on one layer's weights."""
+    from vllm.kernels.triton import nvfp4_marlin_dequant as dq
     from vllm.model_executor.layers.quantization.utils.marlin_utils_fp4 import (
         apply_fp4_marlin_linear,
     )
 
+    emulation, emulation_layer = emulation_arm(checkpoint_args)
     n, k = out.shape
     shape = f"{n}x{k}"
     g = marlin_args[2]
@@ -121,6 +160,9 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
     rows = []
     for m in M_SWEEP:
         x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        # The emulation quantizes activations with the checkpoint's input
+        # scale: amax maps to e4m3's max times e2m1's (448 * 6).
+        emulation_layer.input_global_scale_inv = (448.0 * 6.0) / x.abs().max().float()
         fns = {
             "marlin": lambda x=x: apply_fp4_marlin_linear(
                 input=x,
@@ -135,7 +177,7 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
                 x, dq.nvfp4_dequant_marlin(*marlin_args, out=out, groups=groups)
             ),
             "cublas": lambda x=x: F.linear(x, w),
-            "op": lambda x=x: torch.ops.vllm.nvfp4_sm7x_linear(
+            "op": lambda x=x: torch.ops.vllm.nvfp4_dequant_fp16_linear(
                 x,
                 layer.weight,
                 layer.weight_scale.view(torch.uint8),
@@ -147,17 +189,23 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
                 k,
                 1,
             ),
+            # Upstream's emulation kernel as it serves a W4A4 layer, and its
+            # weight dequantization alone with the same cuBLAS call.
+            "emulation": lambda x=x: emulation.apply_weights(emulation_layer, x),
+            "emulation_dequant_cublas": lambda x=x: F.linear(x, emulation_dequant(checkpoint_args)),
         }
         row: dict = {"shape": shape, "m": m}
         reps = a.reps if m <= 2048 else max(20, a.reps // 2)
         for name, fn in fns.items():
             row[f"{name}_ms"] = time_events(fn, reps, a.warmup, flush)["median_ms"]
         row["marlin_over_dequant_cublas"] = row["marlin_ms"] / row["dequant_cublas_ms"]
+        row["emulation_over_op"] = row["emulation_ms"] / row["op_ms"]
         rows.append(row)
         print(
             f"{shape:11s} M={m:5d}: Marlin {row['marlin_ms']:8.3f} ms, dequant + "
             f"cuBLAS {row['dequant_cublas_ms']:8.3f} ms (cuBLAS {row['cublas_ms']:8.3f},"
-            f" op {row['op_ms']:8.3f})",
+            f" op {row['op_ms']:8.3f}), emulation {row['emulation_ms']:8.3f} ms"
+            f" (its dequant + cuBLAS {row['emulation_dequant_cublas_ms']:8.3f})",
             flush=True,
         )
         if m == GEMM_M:
@@ -166,6 +214,11 @@ def gemm_sweep(layer, marlin_args, out, groups, a, flush, figures) -> list[dict]
                 ("dequant_cublas", "dequantization + cuBLAS"),
                 ("cublas", "cuBLAS alone on the fp16 weight"),
                 ("op", "the op end to end (dequant route)"),
+                ("emulation", "EmulationNvFp4LinearKernel.apply_weights (W4A4 emulation)"),
+                (
+                    "emulation_dequant_cublas",
+                    "the emulation's weight dequantization (checkpoint layout) + cuBLAS",
+                ),
             ):
                 figures[f"{shape}.m{m}.{name}_ms"] = {
                     "value": round(row[f"{name}_ms"], 4),
@@ -184,15 +237,11 @@ def main() -> int:
     a = ap.parse_args()
 
     import triton
-    from vllm.kernels.triton import nvfp4_sm7x_dequant as dq
-    from vllm.model_executor.kernels.linear.nvfp4 import sm7x_dequant  # the op
+    from vllm.kernels.triton import nvfp4_marlin_dequant as dq
+    from vllm.model_executor.kernels.linear.nvfp4 import dequant_fp16  # the op
 
     cap = torch.cuda.get_device_capability()
-    # This device's default tile per layout (the Marlin layout's may differ).
-    default_of = {
-        layout: dq.default_groups_per_program(cap, marlin=layout == "marlin")
-        for layout in ("checkpoint", "marlin")
-    }
+    default_groups = dq.default_groups_per_program(cap)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     copy = copy_bandwidth(a.reps)
     print(f"device-to-device copy: {copy['gbps']:.0f} GB/s (read + write)", flush=True)
@@ -212,75 +261,74 @@ def main() -> int:
         shape = f"{n}x{k}"
         weight, scales, g = make_weight(n, k, seed=n + k)
         layer = marlin_layer(weight, scales, g)
-        inputs = {
-            "checkpoint": (weight, scales, g),
-            "marlin": (layer.weight.data, layer.weight_scale.data.view(torch.uint8), g, n, k),
-        }
+        checkpoint_args = (weight, scales, g)
+        marlin_args = (layer.weight.data, layer.weight_scale.data.view(torch.uint8), g, n, k)
         out = torch.empty(n, k, dtype=torch.float16, device="cuda")
-        refs = {}
-        for layout, args in inputs.items():
-            nbytes = args[0].nbytes + args[1].nbytes + out.nbytes
-            launch = (
-                dq.nvfp4_dequant_checkpoint if layout == "checkpoint" else (dq.nvfp4_dequant_marlin)
+        nbytes = weight.nbytes + scales.nbytes + out.nbytes  # the same in both layouts
+        dq.nvfp4_dequant_marlin(*marlin_args, out=out, groups=default_groups)
+        ref = out.clone()
+        arms = {
+            f"marlin.g{groups}": partial(
+                dq.nvfp4_dequant_marlin, *marlin_args, out=out, groups=groups
             )
-            default_groups = default_of[layout]
-            launch(*args, out=out, groups=default_groups)
-            ref = refs[layout] = out.clone()
-            for groups in dq.GROUPS_PER_PROGRAM_CHOICES:
-                t = time_events(
-                    partial(launch, *args, out=out, groups=groups), a.reps, a.warmup, flush
-                )
-                t["gbps"] = nbytes / (t["median_ms"] * 1e-3) / 1e9
-                t["fraction_of_copy_bandwidth"] = t["gbps"] / copy["gbps"]
-                t["bit_identical_to_default_tile"] = bool(
-                    torch.equal(out.view(torch.int16), ref.view(torch.int16))
-                )
-                rows.append(
-                    {
-                        "shape": shape,
-                        "n": n,
-                        "k": k,
-                        "layout": layout,
-                        "groups_per_program": groups,
-                        "bytes": nbytes,
-                        **t,
-                    }
-                )
-                key = f"{shape}.{layout}.g{groups}"
-                figures[f"{key}.gbps"] = {
-                    "value": round(t["gbps"], 1),
-                    "unit": "GB/s",
-                    "label": f"{shape}, {layout} layout, {groups} groups per program",
-                    "from": f"rows[shape={shape}, layout={layout}, groups={groups}].gbps",
-                }
-                figures[f"{key}.fraction_of_copy_bandwidth"] = {
-                    "value": round(t["fraction_of_copy_bandwidth"], 3),
-                    "unit": "fraction",
-                    "label": f"{shape}, {layout} layout, {groups} groups per program, "
-                    "of the device-to-device copy bandwidth",
-                    "from": f"rows[shape={shape}, layout={layout}, groups={groups}]"
-                    ".fraction_of_copy_bandwidth",
-                }
-                print(
-                    f"{shape:11s} {layout:10s} {groups:3d} groups: "
-                    f"{t['median_ms'] * 1e3:8.1f} us {t['gbps']:7.0f} GB/s "
-                    f"({100 * t['fraction_of_copy_bandwidth']:.0f} % of copy)"
-                    + ("" if t["bit_identical_to_default_tile"] else "  NOT IDENTICAL"),
-                    flush=True,
-                )
-            figures[f"{shape}.{layout}.default_tile.fraction_of_copy_bandwidth"] = dict(
-                figures[f"{shape}.{layout}.g{default_groups}.fraction_of_copy_bandwidth"],
-                label=f"{shape}, {layout} layout, this device's default tile "
-                f"({default_groups} groups per program), of the copy bandwidth",
+            for groups in dq.GROUPS_PER_PROGRAM_CHOICES
+        }
+        arms["emulation"] = partial(emulation_dequant, checkpoint_args)
+        for arm, launch in arms.items():
+            t = time_events(launch, a.reps, a.warmup, flush)
+            t["gbps"] = nbytes / (t["median_ms"] * 1e-3) / 1e9
+            t["fraction_of_copy_bandwidth"] = t["gbps"] / copy["gbps"]
+            t["bit_identical_to_default_tile"] = bool(
+                torch.equal(launch().view(torch.int16), ref.view(torch.int16))
             )
-
-        # Positive normal scales: both layouts hold the same weight.
-        layouts_agree[shape] = bool(
-            torch.equal(refs["checkpoint"].view(torch.int16), refs["marlin"].view(torch.int16))
+            layout, _, tile = arm.partition(".g")
+            rows.append(
+                {
+                    "shape": shape,
+                    "n": n,
+                    "k": k,
+                    "layout": "checkpoint" if layout == "emulation" else layout,
+                    "kernel": "emulation's dequantize_to_dtype" if tile == "" else "this",
+                    "groups_per_program": int(tile) if tile else None,
+                    "bytes": nbytes,
+                    **t,
+                }
+            )
+            label = (
+                f"{shape}, the emulation's dequantization (checkpoint layout)"
+                if layout == "emulation"
+                else f"{shape}, marlin layout, {tile} groups per program"
+            )
+            key = f"{shape}.{arm}"
+            figures[f"{key}.gbps"] = {
+                "value": round(t["gbps"], 1),
+                "unit": "GB/s",
+                "label": label,
+                "from": f"rows[shape={shape}, arm={arm}].gbps",
+            }
+            figures[f"{key}.fraction_of_copy_bandwidth"] = {
+                "value": round(t["fraction_of_copy_bandwidth"], 3),
+                "unit": "fraction",
+                "label": f"{label}, of the device-to-device copy bandwidth",
+                "from": f"rows[shape={shape}, arm={arm}].fraction_of_copy_bandwidth",
+            }
+            print(
+                f"{shape:11s} {arm:10s}: "
+                f"{t['median_ms'] * 1e3:8.1f} us {t['gbps']:7.0f} GB/s "
+                f"({100 * t['fraction_of_copy_bandwidth']:.0f} % of copy)"
+                + ("" if t["bit_identical_to_default_tile"] else "  NOT IDENTICAL"),
+                flush=True,
+            )
+        figures[f"{shape}.marlin.default_tile.fraction_of_copy_bandwidth"] = dict(
+            figures[f"{shape}.marlin.g{default_groups}.fraction_of_copy_bandwidth"],
+            label=f"{shape}, marlin layout, this device's default tile "
+            f"({default_groups} groups per program), of the copy bandwidth",
         )
+        # Positive normal scales: both layouts hold the same weight.
+        layouts_agree[shape] = rows[-1]["bit_identical_to_default_tile"]
         # GEMMs on the same weights: dequantization + cuBLAS against Marlin.
         gemm_rows += gemm_sweep(
-            layer, inputs["marlin"], out, default_of["marlin"], a, flush, figures
+            layer, marlin_args, checkpoint_args, out, default_groups, a, flush, figures
         )
         faster = [
             r["m"]
@@ -298,13 +346,14 @@ def main() -> int:
 
     props = torch.cuda.get_device_properties(0)
     body = {
-        "what": "NVFP4 dequantization to fp16 (patch 0008): bandwidth per shape, layout "
-        "and tile against the device-to-device copy; prefill GEMM, dequantization "
-        "+ cuBLAS against Marlin",
+        "what": "NVFP4 dequantization to fp16 (patch 0008): bandwidth per shape and "
+        "tile against the device-to-device copy, beside the emulation backend's "
+        "dequantization; prefill GEMM, dequantization + cuBLAS against Marlin and "
+        "against EmulationNvFp4LinearKernel, in one run",
         "triton": triton.__version__,
         "capability": list(cap),
         "sm_count": props.multi_processor_count,
-        "default_groups_per_program": default_of,
+        "default_groups_per_program": default_groups,
         "goal": "fraction_of_copy_bandwidth >= 0.8 at the default tile",
         "timing": "CUDA events around single launches, median of reps after warm-up, "
         "L2 flushed (256 MiB written) before each; bytes: codes + scales read, "
@@ -314,7 +363,7 @@ def main() -> int:
         "layouts_bit_identical": layouts_agree,
         "gemm": gemm_rows,
         "seed_turing": SEED_TURING,
-        "op_module": sm7x_dequant.__name__,
+        "op_module": dequant_fp16.__name__,
     }
     doc = results.document(
         "bench",

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Static sm_75 / sm_70 evidence of the NVFP4 dequantization kernels (0008).
+"""Static sm_75 evidence of the NVFP4 dequantization kernel (0008).
 
-No GPU needed: for each layout (Marlin's, the checkpoint's), target (sm_75,
-sm_70) and tile (groups per program) the kernel is compiled with
+No GPU needed: for each tile (groups per program) the kernel that reads
+Marlin's layout is compiled with
 ``triton.compile`` for a ``GPUTarget("cuda", cc, 32)`` and its PTX run
 through Triton's own ptxas with ``-v``: registers, spill stores and loads,
 stack, Triton's shared memory, and the global loads and stores of the PTX
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from serieskit import results  # noqa: E402
 from serieskit.series import series  # noqa: E402
 
-TARGETS = (75, 70)
+TARGETS = (75,)
 KERNELS = {
     "marlin": (
         "_dequant_marlin_kernel",
@@ -50,28 +50,6 @@ KERNELS = {
             "out_stride": "i32",
         },
         ("q_ptr", "s_ptr", "out_ptr", "size_k", "padded_n", "out_stride"),
-    ),
-    "checkpoint": (
-        "_dequant_checkpoint_kernel",
-        {
-            "q_ptr": "*u8",
-            "s_ptr": "*u8",
-            "g_ptr": "*fp32",
-            "out_ptr": "*fp16",
-            "groups_per_row": "i32",
-            "q_stride": "i32",
-            "s_stride": "i32",
-            "out_stride": "i32",
-        },
-        (
-            "q_ptr",
-            "s_ptr",
-            "out_ptr",
-            "groups_per_row",
-            "q_stride",
-            "s_stride",
-            "out_stride",
-        ),
     ),
 }
 
@@ -150,7 +128,7 @@ def main() -> int:
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
-    from vllm.kernels.triton import nvfp4_sm7x_dequant as mod
+    from vllm.kernels.triton import nvfp4_marlin_dequant as mod
 
     rows = []
     for layout in KERNELS:
@@ -185,25 +163,22 @@ def main() -> int:
             "label": f"{what}: spill stores + loads",
             "from": where + ".spill_stores_bytes + spill_loads_bytes",
         }
-    defaults = {
-        "sm_75": mod.default_groups_per_program((7, 5)),
-        "sm_70": mod.default_groups_per_program((7, 0)),
-    }
+    defaults = {"sm_75": mod.default_groups_per_program((7, 5))}
     machine = {
-        "name": "CPU (triton.compile for sm_75 / sm_70)",
+        "name": "CPU (triton.compile for sm_75)",
         "kind": "cpu",
         "gpu": None,
         "gpus": 0,
         "driver": None,
         "torch": torch.__version__,
         "cuda": None,
-        "label": "static sm_75 / sm_70 compile evidence (Triton "
+        "label": "static sm_75 compile evidence (Triton "
         f"{triton.__version__}, its bundled ptxas), not a measurement "
-        "and not a Turing or Volta figure",
+        "and not a Turing figure",
     }
     body = {
-        "what": "NVFP4 dequantization to fp16 (patch 0008, nvfp4_sm7x_dequant.py): "
-        "registers and spills per layout, target and tile",
+        "what": "NVFP4 dequantization to fp16 (patch 0008, nvfp4_marlin_dequant.py): "
+        "registers and spills per tile",
         "triton": triton.__version__,
         "ptxas": subprocess.run(
             [triton.knobs.nvidia.ptxas.path, "--version"], capture_output=True, text=True
@@ -212,10 +187,7 @@ def main() -> int:
         .splitlines()[-1],
         "host": platform.platform(),
         "default_groups_per_program": defaults,
-        "layouts_used": {
-            "sm_75": "marlin (Marlin serves decode; prefill reads its layout)",
-            "sm_70": "checkpoint (no Marlin kernels below SM75)",
-        },
+        "layouts_used": {"sm_75": "marlin (Marlin serves decode; prefill reads its layout)"},
         "rows": rows,
     }
     doc = results.document(

@@ -85,7 +85,7 @@ ROUTES = {
     ],
     "Turing prefill attention": [r"The Turing prefill attention is off"],
     "TP prefill overlap": [r"TP prefill overlap: prefill batches of at least"],
-    "NVFP4 SM7x dequant": [r"NVFP4 SM7x dequant:"],
+    "NVFP4 dequant_fp16": [r"NVFP4 dequant_fp16:"],
     "csrc/sm7x ops": [
         r"this vLLM build has no host all-reduce ops",
         r"this vLLM build has no paged_prefill_attention_sm75",

@@ -99,7 +99,7 @@ case $step in
   nvfp4)
     # Item 2: the NVFP4 TP=2 greedy comparison, eager and compiled.
     need_tree
-    tests nvfp4_tp2 560 "tp2" tests/kernels/quantization/test_nvfp4_sm7x_linear.py
+    tests nvfp4_tp2 560 "tp2" tests/kernels/quantization/test_nvfp4_dequant_fp16.py
     ;;
   overlap)
     # Item 2: the overlap's GPU tests but the compiled and the hybrid ones:

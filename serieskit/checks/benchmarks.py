@@ -235,7 +235,8 @@ def crossover(ev: Evidence) -> str:
 
 
 def nvfp4(ev: Evidence) -> str:
-    """NVFP4 dequantization bandwidth per shape, and the prefill GEMM against Marlin."""
+    """NVFP4 dequantization bandwidth per shape, and the prefill GEMM against Marlin
+    and the emulation kernel (runs before its arm was added record none for it)."""
     run = _newest_matching(ev, r"^copy_bandwidth_gbps$")
     if run is None:
         return missing("the NVFP4 benchmark")
@@ -250,10 +251,11 @@ def nvfp4(ev: Evidence) -> str:
     rows = [
         [
             s,
-            v(f"{s}.checkpoint.default_tile.fraction_of_copy_bandwidth", "fraction"),
             v(f"{s}.marlin.default_tile.fraction_of_copy_bandwidth", "fraction"),
+            v(f"{s}.emulation.fraction_of_copy_bandwidth", "fraction"),
             v(f"{s}.m2048.dequant_cublas_ms", "ms"),
             v(f"{s}.m2048.marlin_ms", "ms"),
+            v(f"{s}.m2048.emulation_ms", "ms"),
             v(f"{s}.crossover_m", ""),
         ]
         for s in shapes
@@ -261,10 +263,11 @@ def nvfp4(ev: Evidence) -> str:
     out = table(
         [
             "weight (N x K)",
-            "dequantization, checkpoint layout (of the copy bandwidth)",
-            "Marlin layout",
+            "dequantization, Marlin's layout (of the copy bandwidth)",
+            "the emulation's dequantization, checkpoint layout",
             "M = 2048: dequantization + cuBLAS",
             "Marlin",
+            "EmulationNvFp4LinearKernel",
             "no slower than Marlin from M =",
         ],
         rows,
@@ -274,8 +277,8 @@ def nvfp4(ev: Evidence) -> str:
         out
         + [
             "",
-            f"Device-to-device copy bandwidth in the same run: {copy}; default tile per "
-            f"layout on this GPU; {run.caption()}" + _end(ev, run, "nvfp4"),
+            f"Device-to-device copy bandwidth in the same run: {copy}; this GPU's default "
+            f"tile; {run.caption()}" + _end(ev, run, "nvfp4"),
         ]
     )
 

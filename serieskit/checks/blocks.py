@@ -48,11 +48,8 @@ ONE_GPU: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     ],
     "nvfp4-sm7x-dequant": [
         (
-            "dequantization at {} / {} of the copy bandwidth (checkpoint / Marlin layout)",
-            (
-                "17408x5120.checkpoint.default_tile.fraction_of_copy_bandwidth",
-                "17408x5120.marlin.default_tile.fraction_of_copy_bandwidth",
-            ),
+            "dequantization at {} of the copy bandwidth (Marlin's layout)",
+            ("17408x5120.marlin.default_tile.fraction_of_copy_bandwidth",),
         ),
         (
             "M = 2048: {} against Marlin's {}",
@@ -89,7 +86,7 @@ TWO_GPUS: dict[str, tuple[list[str], list[tuple[str, tuple[str, ...]]]]] = {
             ("A/B prefill {}", ("copy-engine.prefill_change_pct",)),
         ],
     ),
-    "nvfp4-sm7x-dequant": (["tests/kernels/quantization/test_nvfp4_sm7x_linear.py"], []),
+    "nvfp4-sm7x-dequant": (["tests/kernels/quantization/test_nvfp4_dequant_fp16.py"], []),
 }
 SMOKE = "gpu/smoke.py"
 MAIN_STAGES = ("apply", "test requirements", "build", "series tests")  # nox -s apply build test
