@@ -4,7 +4,9 @@
         --out results/e2e.json [--model seed|small] [--layers N] [--rounds 2] [--ceiling]
     python3 e2e/ab.py --merge run1.json run2.json --out results/e2e.json
 
-Each arm file: {"name", "kernel_config", "attention_config", "env"}; every boot
+Each arm file: {"name", "kernel_config", "attention_config", "env"}, optionally
+"compilation_config" and "engine_args" (more keyword arguments of vllm.LLM: the
+overlap arms set enable_dbo and dbo_prefill_token_threshold); every boot
 runs with TP=2 (``--tp 1`` checks the harness on one GPU), NCCL_P2P_DISABLE=1
 (unless the arm's env says otherwise),
 --disable-custom-all-reduce, 2048-token chunks, eager prefill and decode
@@ -548,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=2,
         help="tensor parallelism (1 checks the harness on one GPU: the overlap arms then "
-        "fail at startup, as vLLM rejects the overlap without TP)",
+        "fail at startup, as vLLM rejects DBO without TP or DP)",
     )
     args = p.parse_args(argv)
     if args.merge:

@@ -71,7 +71,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="seed")
     p.add_argument("--layers", type=int)
-    p.add_argument("--arm", required=True, help="JSON: kernel_config, attention_config")
+    p.add_argument(
+        "--arm", required=True, help="JSON: kernel_config, attention_config, engine_args"
+    )
     p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
     p.add_argument("--decode-tokens", type=int, default=256)
     p.add_argument("--warm-only", action="store_true")
@@ -109,6 +111,9 @@ def main() -> None:
         kernel_config=arm.get("kernel_config") or {},
         attention_config=arm.get("attention_config") or {},
         worker_extension_cls="e2e_worker.HarnessWorker",
+        # Engine arguments of their own (the overlap: enable_dbo and DBO's
+        # thresholds, which live in ParallelConfig).
+        **arm.get("engine_args", {}),
     )
     result = {
         "boot_s": time.perf_counter() - t0,

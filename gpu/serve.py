@@ -24,7 +24,7 @@ rest are skipped:
 5. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
    written here, nothing downloaded);
 6. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
-   minus TP=2 and the TP prefill overlap, which needs TP >= 2;
+   minus TP=2 and the TP prefill overlap (DBO for TP), which needs TP >= 2;
 7. requests through the ``openai`` package (completions, greedy, token ids as
    the prompt: the checkpoint has no tokenizer) and ``curl`` (/version);
 8. the server log's lines that show which of the series' routes were taken.
@@ -62,7 +62,7 @@ from serieskit import results  # noqa: E402
 MODEL_NAME = "small"
 SMOKE = ROOT / "results" / "series_gpu_smoke_033_h200.json"
 # The series' settings on a Turing pair (docs/serve-on-turing.md) less what
-# needs two ranks: --tensor-parallel-size 2 and tp_prefill_overlap_min_tokens.
+# needs two ranks: --tensor-parallel-size 2 and --enable-dbo (the TP prefill overlap).
 KERNEL_CONFIG = {"host_reduce": {"enabled": True, "copy_engine_max_bytes": 20971520}}
 ATTENTION_CONFIG = {"turing_prefill_min_query_len": 65}
 COMPILATION_CONFIG = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8]}
@@ -84,7 +84,7 @@ ROUTES = {
         r"Using \[.*'HOST_REDUCE'.*\] all-reduce backends",
     ],
     "Turing prefill attention": [r"The Turing prefill attention is off"],
-    "TP prefill overlap": [r"TP prefill overlap: prefill batches of at least"],
+    "TP prefill overlap": [r"Dual batch overlap is enabled"],
     "NVFP4 dequant_fp16": [r"NVFP4 dequant_fp16:"],
     "csrc/sm7x ops": [
         r"this vLLM build has no host all-reduce ops",

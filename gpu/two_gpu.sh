@@ -8,12 +8,12 @@
 # gives the order and the expected durations:
 #   bash gpu/stage1.sh .dev/gpu/part1      # and part1-2, wheels: one call each
 #   export OUT; bash gpu/two_gpu.sh build  # carrying .dev/gpu/part2 and .dev/gpu/MANIFEST.sha256
-#   export OUT; bash gpu/two_gpu.sh STEP   # host-reduce nvfp4 overlap compiled hybrid e2e1 e2e2
+#   export OUT; bash gpu/two_gpu.sh STEP   # host-reduce nvfp4 overlap compiled e2e1 e2e2
 # LIMIT (seconds, 570 by default) bounds the whole step; each part gets at
 # most what is left of it (`timeout`), and a test file cut short is still
 # written to its JSON (TEST_TIMEOUT, gpu/run_tests.py).
 set -euo pipefail
-STEPS="build host-reduce nvfp4 overlap compiled hybrid e2e1 e2e2"
+STEPS="build host-reduce nvfp4 overlap compiled e2e1 e2e2"
 step=${1:-}
 case " $STEPS " in
   *" $step "*) ;;
@@ -74,7 +74,7 @@ tests() {
   bounded "$t" python3 gpu/run_tests.py "$root/src" "$OUT/$name.json" ${select:+-k "$select"} "$@"
 }
 
-overlap=tests/v1/worker/test_prefill_overlap.py
+overlap=tests/v1/worker/test_dbo_tensor_parallel.py
 arms=(e2e/arms/reference.json e2e/arms/copy_engine.json e2e/arms/overlap.json
   e2e/arms/overlap_copy_engine.json)
 case $step in
@@ -102,20 +102,15 @@ case $step in
     tests nvfp4_tp2 560 "tp2" tests/kernels/quantization/test_nvfp4_dequant_fp16.py
     ;;
   overlap)
-    # Item 2: the overlap's GPU tests but the compiled and the hybrid ones:
-    # greedy at TP=2 with NCCL and with the host all-reduce.
+    # Item 2: the overlap's GPU tests but the compiled one: the micro-batches
+    # on one GPU, greedy at TP=2 with and without DBO, eager.
     need_tree
-    tests overlap 560 "gpu and not hybrid and not compiled" "$overlap"
+    tests overlap 560 "gpu and not compiled" "$overlap"
     ;;
   compiled)
     # Item 2: greedy at TP=2 under torch.compile, decode in CUDA graphs.
     need_tree
     tests overlap_compiled 560 "gpu and compiled" "$overlap"
-    ;;
-  hybrid)
-    # Item 2: the hybrid model in mamba cache modes none and align.
-    need_tree
-    tests overlap_hybrid 560 "hybrid_greedy_agrees" "$overlap"
     ;;
   e2e1)
     # Item 3, round 1: the checkpoint written, a warm boot, the arms in order.

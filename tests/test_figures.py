@@ -60,7 +60,7 @@ def root(tmp_path) -> Path:
     (p / "manifest.toml").write_text(
         f'[[patch]]\nname = "kernel-op"\ntests = ["{TEST}"]\n\n'
         '[[patch]]\nname = "tp-prefill-overlap"\n'
-        'tests = ["tests/v1/worker/test_prefill_overlap.py"]\n'
+        'tests = ["tests/v1/worker/test_dbo_tensor_parallel.py"]\n'
     )
     # An older file on the pin, a newer one on the old base, and the newest on the pin.
     write_run(
@@ -93,7 +93,7 @@ def root(tmp_path) -> Path:
         base="vllm==0.26.0",
         machine=H200X2,
         date="2025-12-01",
-        test_files={"tests/v1/worker/test_prefill_overlap.py": counts(98)},
+        test_files={"tests/v1/worker/test_dbo_tensor_parallel.py": counts(98)},
     )
     write_run(
         tmp_path,
@@ -129,8 +129,8 @@ def test_the_series_table_takes_the_newest_run_on_the_pin(root):
 def test_two_gpu_evidence_says_which_base_it_ran_on(root):
     text = blocks.series(evidence.Evidence(root))
     row = next(line for line in text.splitlines() if line.startswith("| `0002`"))
-    assert "`test_prefill_overlap.py`: not run on one GPU" in row
-    assert "last run on vLLM 0.26.0: `test_prefill_overlap.py` 98 passed" in row
+    assert "`test_dbo_tensor_parallel.py`: not run on one GPU" in row
+    assert "last run on vLLM 0.26.0: `test_dbo_tensor_parallel.py` 98 passed" in row
     assert "A/B prefill -4.6 % (-5.1 % with the copy engine)" in row
     assert "(`ab.json`, `two.json`)" in row
 
@@ -142,10 +142,10 @@ def test_on_one_day_the_run_with_more_tests_wins(root):
         base="vllm==0.26.0",
         machine=H200X2,
         date="2025-12-01",
-        test_files={"tests/v1/worker/test_prefill_overlap.py": counts(60)},
+        test_files={"tests/v1/worker/test_dbo_tensor_parallel.py": counts(60)},
     )
     ev = evidence.Evidence(root)
-    run = ev.with_tests("tests/v1/worker/test_prefill_overlap.py", gpus=2)
+    run = ev.with_tests("tests/v1/worker/test_dbo_tensor_parallel.py", gpus=2)
     assert run is not None and run.name == "two.json"
 
 
