@@ -346,6 +346,28 @@ def test_no_measured_figure_sits_outside_a_block(page_path):
     assert not loose, f"{page_path}: figures written by hand: {loose} (put them in a block)"
 
 
+# Which pull-request groups pass `pr --check` changes with every patch and run:
+# a page that says it by hand goes stale silently (issue 39: "every group passes
+# `--check` but the Turing attention" after all five passed).
+GROUPS_PASS = re.compile(
+    r"(every|each|all|no|\w+ of the) (\w+ )?(pr )?groups? (\w+ )?(pass|fail)\w* `?(pr )?--check",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page_path", OWN_PAGES)
+def test_no_page_says_by_hand_which_groups_pass_the_pr_check(page_path):
+    text = " ".join(outside_blocks((REPO / page_path).read_text()).split())
+    said = [m.group(0) for m in GROUPS_PASS.finditer(text)]
+    assert not said, f"{page_path}: which groups pass `--check`, by hand: {said}"
+
+
+def test_the_groups_pattern_finds_the_stale_sentence():
+    assert GROUPS_PASS.search("On this commit every group passes `--check` but the Turing")
+    assert GROUPS_PASS.search("all five groups pass --check")
+    assert not GROUPS_PASS.search("`--check` fails on: a branch that does not apply")
+
+
 def test_the_pattern_finds_a_figure_written_by_hand_and_only_there():
     text = "took 1.5 ms\n<!-- figures:series -->\n2 ms\n<!-- /figures:series -->\n```\n3 ms\n```\n"
     assert [m.group(0) for m in MEASURED.finditer(outside_blocks(text))] == ["1.5 ms"]
