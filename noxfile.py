@@ -44,7 +44,9 @@ IMPORT_LINTER = "import-linter==2.17"
 XDIST = "pytest-xdist==3.8.0"
 
 
-def _install(session: nox.Session | _InTorchEnv, what: str, requirements: list[str], large: bool = False) -> None:
+def _install(
+    session: nox.Session | _InTorchEnv, what: str, requirements: list[str], large: bool = False
+) -> None:
     """pip install into the session's environment, saying first what (and, for
     torch and vLLM's requirements, that it takes minutes); pip's own lines
     (collecting, downloading) are its progress. The large installs skip pip's

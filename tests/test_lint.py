@@ -294,7 +294,8 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     lines = []
     assert lint.run(tree, work, base, log=lines.append) == ["no-bad", "mypy-3.10", "upper"]
     assert lines[lines.index("hooks:") - 1].startswith(
-        "lint: 3 hook(s) FAIL on what the series changes, against the base: no-bad, mypy-3.10, upper"
+        "lint: 3 hook(s) FAIL on what the series changes, against the base: "
+        "no-bad, mypy-3.10, upper"
     )
     text = "\n".join(lines)
     # The new mypy error, named as mypy names it: with its line, to be found.

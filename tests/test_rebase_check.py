@@ -117,7 +117,9 @@ def test_an_invalid_specifier_is_one_line_with_the_form(monkeypatch, spec, fix):
     with pytest.raises(ToolkitError) as e:
         rebase_check.targets([spec], pin="0.33.0")
     message = str(e.value)
-    assert message.startswith(f"--check: {spec!r} is not a version specifier{' ' + fix if fix else ''}")
+    assert message.startswith(
+        f"--check: {spec!r} is not a version specifier{' ' + fix if fix else ''}"
+    )
     assert message.endswith("it takes vllm==VERSION or a range such as 'vllm>=0.27,<=0.33'")
     assert "\n" not in message and not asked  # refused before asking the index
 

@@ -282,9 +282,7 @@ def compare_with_baseline(
         )
         return f"{test}: {lead}; on the series {outcome.line().split(': ', 1)[1]}"
 
-    run_in_order(
-        tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream", log, verdict
-    )
+    run_in_order(tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream", log, verdict)
     found = []
     for test in tests:
         lost, new, now = held[test]
@@ -294,6 +292,8 @@ def compare_with_baseline(
                 f"{now.get(name, 'not reported')} with the series"
             )
         for name in new:
-            log(f"      FAILED {name} ({test}): not in the baseline (the series adds or renames it)")
+            log(
+                f"      FAILED {name} ({test}): not in the baseline (the series adds or renames it)"
+            )
         found += [f"{test}::{name}" for name in lost + new]
     return found

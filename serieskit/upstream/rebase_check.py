@@ -77,7 +77,9 @@ def _specifier(spec: str, specifier: str) -> str:
     form rather than pip's traceback."""
     if all(CLAUSE.fullmatch(c) for c in specifier.split(",")):
         return specifier
-    fix = f" (one release: 'vllm=={specifier[1:]}')" if re.fullmatch(r"=[^=<>!~]+", specifier) else ""
+    fix = (
+        f" (one release: 'vllm=={specifier[1:]}')" if re.fullmatch(r"=[^=<>!~]+", specifier) else ""
+    )
     raise ToolkitError(f"--check: {spec!r} is not a version specifier{fix}; it takes {FORMS}")
 
 
