@@ -49,6 +49,7 @@ def _config() -> dict:
                 "hooks": [{"id": "markdownlint-cli2"}],
             },
             {"repo": "https://github.com/example/unknown", "rev": "v1", "hooks": [{"id": "odd"}]},
+            {"repo": "https://github.com/example/by-sha", "rev": "7" * 40, "hooks": [{"id": "sha"}]},
             {
                 "repo": "local",
                 "hooks": [
@@ -118,6 +119,7 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
         "clang-format",
         "markdownlint-cli2",
         "odd",
+        "sha",
         "mypy-3.11",
         "shellcheck",
         "signoff",
@@ -125,9 +127,12 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
     ]  # every hook, in order
     assert verdicts["ruff-check"] == verdicts["mypy-3.11"] == ""  # to be run
     assert verdicts["markdownlint-cli2"].startswith("not run: a node hook")
-    assert verdicts["odd"] == (
-        "not run: no PyPI build of https://github.com/example/unknown known to the toolkit"
+    # Every hook not run says why, and what would run it.
+    assert verdicts["odd"].startswith(
+        "not run: no PyPI package known for https://github.com/example/unknown (a hook from "
     )
+    assert verdicts["odd"].endswith("add one to PYPI_HOOKS in serieskit/checks/lint.py)")
+    assert verdicts["sha"].startswith("not run: pinned to a commit (777777777777), not a release")
     assert verdicts["shellcheck"].startswith("not run: shellcheck is not installed")
     assert verdicts["signoff"].startswith("not run: stage commit-msg only")
     assert {h["id"] for h in repo["hooks"]} == {

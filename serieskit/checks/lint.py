@@ -146,6 +146,21 @@ def _stages(hook: dict, default: list[str] | None) -> set[str]:
     return set(hook.get("stages") or default or [STAGE, *LOCAL_STAGES])
 
 
+def _unknown(url: str, repo: dict) -> str:
+    """Why a GitHub repository's hook is not run, and what would run it."""
+    rev = str(repo.get("rev", ""))
+    if re.fullmatch(r"[0-9a-f]{40}", rev):
+        # A commit names no release: no PyPI version to install in its place.
+        return (
+            f"pinned to a commit ({rev[:12]}), not a release, so there is no PyPI "
+            "version to run in its place offline; upstream's CI runs it"
+        )
+    return (
+        f"no PyPI package known for {url} (a hook from GitHub runs here as its PyPI "
+        "package: add one to PYPI_HOOKS in serieskit/checks/lint.py)"
+    )
+
+
 def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
     """(the offline configuration, every hook of ``config`` in order). Hooks
     that will not run carry their ``not run: ...`` verdict already."""
@@ -183,9 +198,7 @@ def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
                     }
                 )
             else:
-                entry.verdict = "not run: " + NOT_RUN_REPOS.get(
-                    url, f"no PyPI build of {url} known to the toolkit"
-                )
+                entry.verdict = "not run: " + NOT_RUN_REPOS.get(url, _unknown(url, repo))
     share_python_env(local)
     offline = {
         k: v
