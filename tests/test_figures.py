@@ -297,6 +297,65 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     assert "(apply, build) 1 min 0 s, load average 1.5 to 3.2 on 2 cores;" in line
 
 
+def timed(folder: Path, command: str, seconds: float, loads: list[float], rc: int = 0) -> Path:
+    """What ci/time-command.sh leaves in ``folder``."""
+    folder.mkdir(parents=True)
+    files = {
+        "command": command,
+        "note": "a fresh clone",
+        "commit": "d" * 40,
+        "started": "2026-12-02T04:17:00Z",
+        "wall_s": str(seconds),
+        "rc": str(rc),
+        "load.txt": "".join(f"2026-12-02T04:17:{i:02}Z {x} 1.0 0.5\n" for i, x in enumerate(loads)),
+        "du.txt": "6200000000\t.nox\n800000000\t.work\n450000000\t/home/u/.cache/vllm-series\n",
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+    return folder
+
+
+def test_without_a_loaded_timing_the_block_says_how_to_make_one(root):
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert "on a loaded machine is not yet measured" in text and "--record-timing" in text
+
+
+def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(root, tmp_path):
+    command = "python3 -m nox -s apply build test"
+    dest = figures.record_timing(root, timed(tmp_path / "a", command, 612.4, [5.1, 8.5]), print)
+    doc = json.loads(dest.read_text())
+    assert results.validate(doc) == [] and doc["kind"] == "timing"
+    assert dest.name == "timing_apply_build_test_2026-12-02.json"
+    assert doc["load"]["min"] == 5.1 and doc["load"]["max"] == 8.5
+    assert doc["disk"] == {
+        ".nox": 6200000000,
+        ".work": 800000000,
+        "~/.cache/vllm-series": 450000000,
+    }
+    assert doc["machine"]["label"].endswith("cores shared with other work)")
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert "load average 5.1 to 8.5: `nox -s apply build test` took 10 min 12 s (1 run(s)" in text
+    assert "`.nox` 6.2 GB, `.work` 0.8 GB, `~/.cache/vllm-series` 0.5 GB: 7.5 GB in all" in text
+    # A second run of the same command makes a range, its load widens the load's.
+    second = timed(tmp_path / "b", command, 401.0, [2.0, 3.0])
+    (second / "started").write_text("2026-12-03T01:00:00Z\n")
+    figures.record_timing(root, second, print)
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert (
+        "load average 2.0 to 8.5: `nox -s apply build test` took 6 min 41 s to 10 min 12 s" in text
+    )
+
+
+def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
+    failed = timed(tmp_path / "f", "python3 -m nox -s ci", 30.0, [1.0], rc=1)
+    with pytest.raises(ToolkitError, match=r"the timed command failed \(exit 1"):
+        figures.record_timing(root, failed, print)
+    (failed / "wall_s").unlink()
+    with pytest.raises(ToolkitError, match="lacks wall_s: make it with `ci/time-command.sh"):
+        figures.record_timing(root, failed, print)
+    assert not list((root / "results").glob("timing_*"))
+
+
 # --- the committed pages ----------------------------------------------------------------
 
 
