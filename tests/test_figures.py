@@ -320,7 +320,10 @@ def test_without_a_loaded_timing_the_block_says_how_to_make_one(root):
     assert "on a loaded machine is not yet measured" in text and "--record-timing" in text
 
 
-def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(root, tmp_path):
+def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(
+    root, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(figures.os, "cpu_count", lambda: 2)
     command = "python3 -m nox -s apply build test"
     dest = figures.record_timing(root, timed(tmp_path / "a", command, 612.4, [5.1, 8.5]), print)
     doc = json.loads(dest.read_text())
@@ -334,7 +337,10 @@ def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(root, 
     }
     assert doc["machine"]["label"].endswith("cores shared with other work)")
     text = blocks.commands_timing(evidence.Evidence(root))
-    assert "load average 5.1 to 8.5: `nox -s apply build test` took 10 min 12 s (1 run(s)" in text
+    assert (
+        "On 2 cores shared with other work, load average 5.1 to 8.5: `nox -s apply build test` "
+        "took 10 min 12 s (one run, from a fresh clone; disk afterwards: " in text
+    )
     assert "`.nox` 6.2 GB, `.work` 0.8 GB, `~/.cache/vllm-series` 0.5 GB: 7.5 GB in all" in text
     # A second run of the same command makes a range, its load widens the load's.
     second = timed(tmp_path / "b", command, 401.0, [2.0, 3.0])

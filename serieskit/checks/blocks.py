@@ -395,7 +395,7 @@ def _loaded(ev: Evidence) -> list[str]:
         span = duration(took[0]) + (f" to {duration(took[-1])}" if len(took) > 1 else "")
         lows = [float((r.doc.get("load") or {}).get("min") or 0) for r in runs]
         highs = [float((r.doc.get("load") or {}).get("max") or 0) for r in runs]
-        cores = runs[-1].machine.get("name", "CPU")
+        cores = runs[-1].doc.get("cores") or "several"
         disk = runs[-1].doc.get("disk") or {}
         left = ", ".join(f"`{k}` {_gb(v)}" for k, v in disk.items())
         if len(disk) > 1:
@@ -403,8 +403,9 @@ def _loaded(ev: Evidence) -> list[str]:
         short = command.replace("python3 -m ", "")
         starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
         out.append(
-            f"On a {cores} machine shared with other work, load average {min(lows):.1f} to "
-            f"{max(highs):.1f}: `{short}` took {span} ({len(runs)} run(s), from {starts}"
+            f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
+            f"{max(highs):.1f}: `{short}` took {span} "
+            f"({'one run' if len(runs) == 1 else f'{len(runs)} runs'}, from {starts}"
             f"; disk afterwards: {left}); " + "; ".join(r.caption() for r in runs) + "."
         )
     return out

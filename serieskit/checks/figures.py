@@ -233,16 +233,18 @@ def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print
         "load.max": results.figure(max(levels), "", "1-minute load average, highest", "load.max"),
     }
     for name, size in sizes.items():
-        figures[f"disk.{name}"] = results.figure(size, "B", f"{name} afterwards", f"disk['{name}']")
+        key = re.sub(r"[^\w-]+", "_", name).strip("_")
+        figures[f"disk.{key}"] = results.figure(size, "B", f"{name} afterwards", f"disk['{name}']")
     body = {
         "command": read["command"],
         "from": read["note"],
         "commit": read["commit"],
         "started": read["started"],
+        "cores": cores,
         "total_s": total,
         "load": {"min": min(levels), "max": max(levels), "every_s": 5, "samples": loads},
         "disk": sizes,
-        "source": f"ci/time-command.sh ({folder.name}), recorded by figures --record-timing",
+        "source": "ci/time-command.sh's files, recorded by figures --record-timing",
         "host": {"python": platform.python_version(), "platform": platform.platform()},
     }
     doc = results.document(
