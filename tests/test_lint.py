@@ -49,7 +49,11 @@ def _config() -> dict:
                 "hooks": [{"id": "markdownlint-cli2"}],
             },
             {"repo": "https://github.com/example/unknown", "rev": "v1", "hooks": [{"id": "odd"}]},
-            {"repo": "https://github.com/example/by-sha", "rev": "7" * 40, "hooks": [{"id": "sha"}]},
+            {
+                "repo": "https://github.com/example/by-sha",
+                "rev": "7" * 40,
+                "hooks": [{"id": "sha"}],
+            },
             {
                 "repo": "local",
                 "hooks": [
