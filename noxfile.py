@@ -188,11 +188,13 @@ class _InTorchEnv:
     finds programs in its bin directory first, ``install`` is its pip."""
 
     def __init__(self, session: nox.Session) -> None:
-        if not _TORCH_ENV:
+        made = ROOT / ".nox" / "torch_env" / "bin"  # where nox made it on an earlier run
+        if not _TORCH_ENV and not made.is_dir():
             session.error(
-                f"{session.name} runs in torch_env's environment: run it without --no-deps"
+                f"{session.name} runs in torch_env's environment, which is not made yet: "
+                "run it without --no-dependencies"
             )
-        self.session, self.bin = session, _TORCH_ENV[0]
+        self.session, self.bin = session, _TORCH_ENV[0] if _TORCH_ENV else str(made)
         path = os.pathsep.join([self.bin, os.environ.get("PATH", "")])
         self.env = {"PATH": path, "VIRTUAL_ENV": str(Path(self.bin).parent)}
         self.posargs, self.log, self.error = session.posargs, session.log, session.error

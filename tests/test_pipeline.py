@@ -264,13 +264,14 @@ def test_test_and_ci_share_the_torch_env_sessions_environment():
 
 
 @pytest.mark.parametrize("name", ["test", "ci"])
-def test_test_and_ci_refuse_without_the_torch_env(monkeypatch, name):
+def test_test_and_ci_refuse_without_the_torch_env(tmp_path, monkeypatch, name):
     pytest.importorskip("nox")
     noxfile = _load_noxfile()
-    monkeypatch.setattr(noxfile, "_TORCH_ENV", [])
+    monkeypatch.setattr(noxfile, "_TORCH_ENV", [])  # --no-dependencies: torch_env did not run
+    monkeypatch.setattr(noxfile, "ROOT", tmp_path)  # and never made its environment here
     session = CiSession([])
     session.name = name
-    with pytest.raises(SessionFailed, match=f"{name} runs in torch_env's environment"):
+    with pytest.raises(SessionFailed, match=f"{name} runs in torch_env's environment, which is"):
         getattr(noxfile, name)(session)
 
 
