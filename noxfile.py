@@ -165,13 +165,14 @@ def lint_toolkit(session: nox.Session) -> None:
 
 
 # --- the one environment with the series' torch ---------------------------------------
-# torch and its CUDA libraries are 5.8 GB installed. `test` and `ci` (and the
+# torch and its CUDA libraries take gigabytes (the README's timing block gives
+# .nox as measured: results/timing_*.json). `test` and `ci` (and the
 # wheel check inside ci, which lays the wheel over this environment's packages:
 # serieskit/build/wheel_verify.py) need the same torch, so they share one
 # environment instead of one each. Nox gives every session an environment of its
 # own and has no option to share one (wntrblm/nox#167, #286): the environment
 # belongs to the session `torch_env`, which `test` and `ci` name in `requires`
-# (nox runs it first, once), and they run without one of their own, in its.
+# (nox runs it first, once), and they run in that one, with none of their own.
 # ci_port keeps its own: a port may pin another torch.
 _TORCH_ENV: list[str] = []  # its bin directory, once torch_env has run
 
