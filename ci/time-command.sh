@@ -5,7 +5,8 @@
 # clone, or what ran there before). It samples the 1-minute load average every
 # 5 s while the command runs and writes, in DIR: command, note, commit,
 # started, wall_s, rc, output.log, load.txt, du.txt (bytes of .nox, .work and
-# the toolkit's cache afterwards). Then, in this repository:
+# the toolkit's cache afterwards) and, for nox -s ci, its timings.json. Then,
+# in this repository:
 #   python3 -m serieskit figures --record-timing DIR
 # writes them as a results file (kind "timing") for the README's timing block.
 set -u
@@ -24,6 +25,10 @@ echo $? > "$dir/rc"
 end=$(date +%s.%N)
 kill "$sampler"
 echo "$end - $start" | bc > "$dir/wall_s"
+# nox -s ci's own stage timings, when this run wrote them
+if [ -n "$(find .work/ci/timings.json -newer "$dir/started" 2>/dev/null)" ]; then
+  cp .work/ci/timings.json "$dir/"
+fi
 cache=${VLLM_SERIES_CACHE:-$HOME/.cache/vllm-series}
 du -sb .nox .work "$cache" > "$dir/du.txt" 2>/dev/null
 exit "$(cat "$dir/rc")"

@@ -356,6 +356,18 @@ def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
     failed = timed(tmp_path / "f", "python3 -m nox -s ci", 30.0, [1.0], rc=1)
     with pytest.raises(ToolkitError, match=r"the timed command failed \(exit 1"):
         figures.record_timing(root, failed, print)
+    # A ci run that ran and passed every stage, failed only for its time: recorded.
+    (failed / "timings.json").write_text(json.dumps({"complete": True}))
+    slow = json.loads(figures.record_timing(root, failed, print).read_text())
+    assert slow["outcome"].startswith("every stage passed; CI failed the run only for a stage")
+    assert "1 of them every stage passed; CI failed the run only" in blocks.commands_timing(
+        evidence.Evidence(root)
+    )
+    for made in (root / "results").glob("timing_*"):
+        made.unlink()
+    (failed / "timings.json").write_text(json.dumps({"complete": False}))
+    with pytest.raises(ToolkitError, match=r"the timed command failed"):
+        figures.record_timing(root, failed, print)
     (failed / "wall_s").unlink()
     with pytest.raises(ToolkitError, match="lacks wall_s: make it with `ci/time-command.sh"):
         figures.record_timing(root, failed, print)

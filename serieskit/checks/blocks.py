@@ -402,6 +402,9 @@ def _loaded(ev: Evidence) -> list[str]:
             left += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
         short = command.replace("python3 -m ", "")
         starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
+        slow = [r for r in runs if str(r.doc.get("outcome", "passed")) != "passed"]
+        if slow:
+            starts += f"; {len(slow)} of them {slow[0].doc['outcome']}"
         out.append(
             f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
             f"{max(highs):.1f}: `{short}` took {span} "
