@@ -360,8 +360,9 @@ def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
     (failed / "timings.json").write_text(json.dumps({"complete": True}))
     slow = json.loads(figures.record_timing(root, failed, print).read_text())
     assert slow["outcome"].startswith("every stage passed; CI failed the run only for a stage")
-    assert "1 of them every stage passed; CI failed the run only" in blocks.commands_timing(
-        evidence.Evidence(root)
+    assert (
+        "(one run, from a fresh clone; every stage passed; CI failed the run only"
+        in blocks.commands_timing(evidence.Evidence(root))
     )
     for made in (root / "results").glob("timing_*"):
         made.unlink()

@@ -404,7 +404,8 @@ def _loaded(ev: Evidence) -> list[str]:
         starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
         slow = [r for r in runs if str(r.doc.get("outcome", "passed")) != "passed"]
         if slow:
-            starts += f"; {len(slow)} of them {slow[0].doc['outcome']}"
+            many = f"{len(slow)} of them: " if len(runs) > 1 else ""
+            starts += f"; {many}{slow[0].doc['outcome']}"
         out.append(
             f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
             f"{max(highs):.1f}: `{short}` took {span} "
