@@ -7,6 +7,8 @@ ci`` is what CI runs.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +26,9 @@ from serieskit.series import series, target  # noqa: E402
 nox.options.sessions = ["apply"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
+# Nox looks for uv (an optional backend these sessions never ask for) and says
+# "uv binary not found." at every session: noise with no way on for a user.
+logging.getLogger("nox").addFilter(lambda r: r.getMessage() != "uv binary not found.")
 
 PYTEST = "pytest==9.0.3"
 PRE_COMMIT = "pre-commit==4.7.0"
@@ -39,14 +44,16 @@ IMPORT_LINTER = "import-linter==2.17"
 XDIST = "pytest-xdist==3.8.0"
 
 
-def _install(session: nox.Session, what: str, requirements: list[str], large: bool = False) -> None:
-    """pip install, saying first what (and, for torch and vLLM's requirements,
-    that it takes minutes); pip's own lines (collecting, downloading) are
-    its progress. The large installs skip pip's byte-compiling of every
-    module (--no-compile): it was half of their install time here, while the
-    tests import a small part of torch and its dependencies, compiled on
-    first import and kept (under .work/pycache where PYTHONDONTWRITEBYTECODE
-    is set: serieskit/checks/runner.py, bytecode_env)."""
+def _install(
+    session: nox.Session | _InTorchEnv, what: str, requirements: list[str], large: bool = False
+) -> None:
+    """pip install into the session's environment, saying first what (and, for
+    torch and vLLM's requirements, that it takes minutes); pip's own lines
+    (collecting, downloading) are its progress. The large installs skip pip's
+    byte-compiling of every module (--no-compile): it was half of their install
+    time here, while the tests import a small part of torch and its
+    dependencies, compiled on first import and kept (under .work/pycache where
+    PYTHONDONTWRITEBYTECODE is set: serieskit/checks/runner.py, bytecode_env)."""
     took = " (minutes on a first run: torch and its CUDA libraries are large)"
     session.log(f"installing {what}: {' '.join(requirements)}" + (took if large else ""))
     session.install(*(["--no-compile"] if large else []), *requirements, silent=False)
@@ -164,24 +171,71 @@ def lint_toolkit(session: nox.Session) -> None:
     session.run("pre-commit", "run", "--all-files", "--show-diff-on-failure", *session.posargs)
 
 
-@nox.session
+# --- the one environment with the series' torch ---------------------------------------
+# torch and its CUDA libraries take gigabytes (the README's timing block gives
+# .nox as measured: results/timing_*.json). `test` and `ci` (and the
+# wheel check inside ci, which lays the wheel over this environment's packages:
+# serieskit/build/wheel_verify.py) need the same torch, so they share one
+# environment instead of one each. Nox gives every session an environment of its
+# own and has no option to share one (wntrblm/nox#167, #286): the environment
+# belongs to the session `torch_env`, which `test` and `ci` name in `requires`
+# (nox runs it first, once), and they run in that one, with none of their own.
+# ci_port keeps its own: a port may pin another torch.
+_TORCH_ENV: list[str] = []  # its bin directory, once torch_env has run
+
+
+@nox.session(default=False)
+def torch_env(session: nox.Session) -> None:
+    """The environment that test and ci share (the series' torch), made and kept by nox."""
+    _TORCH_ENV[:] = [session.bin]
+    session.log(f"the shared environment of test and ci: {Path(session.bin).parent}")
+
+
+class _InTorchEnv:
+    """What test and ci use of a session, run in torch_env's environment: ``run``
+    finds programs in its bin directory first, ``install`` is its pip."""
+
+    def __init__(self, session: nox.Session) -> None:
+        made = ROOT / ".nox" / "torch_env" / "bin"  # where nox made it on an earlier run
+        if not _TORCH_ENV and not made.is_dir():
+            session.error(
+                f"{session.name} runs in torch_env's environment, which is not made yet: "
+                "run it without --no-dependencies"
+            )
+        self.session, self.bin = session, _TORCH_ENV[0] if _TORCH_ENV else str(made)
+        path = os.pathsep.join([self.bin, os.environ.get("PATH", "")])
+        self.env = {"PATH": path, "VIRTUAL_ENV": str(Path(self.bin).parent)}
+        self.posargs, self.log, self.error = session.posargs, session.log, session.error
+
+    def run(self, program: str, *args: str, **kw) -> None:
+        here = Path(self.bin, program)
+        program = str(here) if here.is_file() else program
+        self.session.run(program, *args, env=self.env, external=True, **kw)
+
+    def install(self, *requirements: str, silent: bool = True) -> None:
+        self.run("python", "-m", "pip", "install", *requirements, silent=silent)
+
+
+@nox.session(venv_backend="none", requires=["torch_env"])
 def test(session: nox.Session) -> None:
     """Run the series' test files in the patched tree, one pytest process each, a
     file per core at once (-- --upstream: also upstream's tests of the touched files
     against patches/upstream-baseline.json, as CI does; --record-upstream-baseline;
     --jobs N; --port V; --coverage: a report per machine for the pr session)."""
+    shared = _InTorchEnv(session)
     requirements = series.test_requirements(_target(session))
     tools = [TOOLKIT, PYTEST, runner.COVERAGE]
-    _install(session, "the series' test requirements", tools + requirements, large=True)
-    session.run("python", "-m", "serieskit", "test", *session.posargs)
+    _install(shared, "the series' test requirements", tools + requirements, large=True)
+    shared.run("python", "-m", "serieskit", "test", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none", requires=["torch_env"])
 def ci(session: nox.Session) -> None:
     """What CI runs (.ci/run): the stages of ci/pipeline.toml, each timed against
     its budget: the toolkit's own checks and tests, the docs' figures, apply,
     export round-trip, build, the wheel, docs --check, lint, the series' CPU tests
     and upstream's tests of the touched files against their recorded baseline."""
+    shared = _InTorchEnv(session)
     installs = {
         "ci": lambda: [
             TOOLKIT,
@@ -199,14 +253,14 @@ def ci(session: nox.Session) -> None:
 
     def install(what: str) -> None:
         if requirements := installs[what]():
-            _install(session, f"{what!r} requirements", requirements, large=what == "series")
+            _install(shared, f"{what!r} requirements", requirements, large=what == "series")
 
     try:
         stages = pipeline.load(ROOT, installs)
         pipeline.run(
             ROOT,
             stages,
-            command=session.run,
+            command=shared.run,
             install=install,
             posargs=session.posargs,
             log=session.log,

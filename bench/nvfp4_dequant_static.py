@@ -11,10 +11,10 @@ stack, Triton's shared memory, and the global loads and stores of the PTX
 Pointers and strides are compiled as 16-divisible, as the launches
 specialize them. This is compile output, not a measurement of any GPU.
 
-Run with the test session's interpreter (torch, Triton 3.6.0, vLLM's
-requirements) on the work tree:
+Run with the interpreter that the test and ci sessions share (torch,
+Triton 3.6.0, vLLM's requirements) on the work tree:
 
-    .nox/test/bin/python bench/nvfp4_dequant_static.py \\
+    .nox/torch_env/bin/python bench/nvfp4_dequant_static.py \\
         --out results/sm7x_static_nvfp4_dequant.json
 """
 

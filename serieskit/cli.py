@@ -148,7 +148,7 @@ def cmd_docs(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_figures(args: argparse.Namespace, t: Target) -> None:
-    figures.session(t.root, check_only=args.check, record=args.record_ci)
+    figures.session(t.root, check_only=args.check, record=args.record_ci, timing=args.record_timing)
 
 
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:
@@ -344,6 +344,12 @@ def _parser() -> argparse.ArgumentParser:
         "--record-ci",
         action="store_true",
         help="first copy the last complete CI run's stage durations to results/ci_timings.json",
+    )
+    fg.add_argument(
+        "--record-timing",
+        type=Path,
+        metavar="DIR",
+        help="first write a command timed by ci/time-command.sh DIR to results/timing_*.json",
     )
     command("lint", cmd_lint, "the tree's own pre-commit hooks on the series", port=True)
     ov = command(

@@ -28,7 +28,7 @@ from serieskit import files, git
 from serieskit.state import WORK, State
 
 SCHEMA = "vllm-series-results/1"
-KINDS = ("tests", "bench", "e2e", "static", "external", "ci", "sitting")
+KINDS = ("tests", "bench", "e2e", "static", "external", "ci", "sitting", "timing")
 HEADER = ("schema", "kind", "date", "machine", "series", "figures")
 MACHINE_KEYS = ("name", "gpu", "gpus", "driver", "torch", "label")
 SERIES_KEYS = ("base", "commit", "tree", "files")

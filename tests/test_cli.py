@@ -243,3 +243,4 @@ def test_nox_runs_the_next_session_after_a_bad_argument(tmp_path):
     assert "Traceback" not in out, out
     assert "Running session status" in out and "Running session apply" in out, out
     assert out.count("unrecognized arguments: --bogus") == 2, out
+    assert "uv binary not found" not in out  # nox's look for a backend no session uses

@@ -297,6 +297,84 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     assert "(apply, build) 1 min 0 s, load average 1.5 to 3.2 on 2 cores;" in line
 
 
+def timed(folder: Path, command: str, seconds: float, loads: list[float], rc: int = 0) -> Path:
+    """What ci/time-command.sh leaves in ``folder``."""
+    folder.mkdir(parents=True)
+    files = {
+        "command": command,
+        "note": "a fresh clone",
+        "commit": "d" * 40,
+        "started": "2026-12-02T04:17:00Z",
+        "wall_s": str(seconds),
+        "rc": str(rc),
+        "load.txt": "".join(f"2026-12-02T04:17:{i:02}Z {x} 1.0 0.5\n" for i, x in enumerate(loads)),
+        "du.txt": "6200000000\t.nox\n800000000\t.work\n450000000\t/home/u/.cache/vllm-series\n",
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+    return folder
+
+
+def test_without_a_loaded_timing_the_block_says_how_to_make_one(root):
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert "on a loaded machine is not yet measured" in text and "--record-timing" in text
+
+
+def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(
+    root, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(figures.os, "cpu_count", lambda: 2)
+    command = "python3 -m nox -s apply build test"
+    dest = figures.record_timing(root, timed(tmp_path / "a", command, 612.4, [5.1, 8.5]), print)
+    doc = json.loads(dest.read_text())
+    assert results.validate(doc) == [] and doc["kind"] == "timing"
+    assert dest.name == "timing_apply_build_test_2026-12-02.json"
+    assert doc["load"]["min"] == 5.1 and doc["load"]["max"] == 8.5
+    assert doc["disk"] == {
+        ".nox": 6200000000,
+        ".work": 800000000,
+        "~/.cache/vllm-series": 450000000,
+    }
+    assert doc["machine"]["label"].endswith("cores shared with other work)")
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert (
+        "On 2 cores shared with other work, load average 5.1 to 8.5: `nox -s apply build test` "
+        "took 10 min 12 s (one run, from a fresh clone; disk afterwards: " in text
+    )
+    assert "`.nox` 6.2 GB, `.work` 0.8 GB, `~/.cache/vllm-series` 0.5 GB: 7.5 GB in all" in text
+    # A second run of the same command makes a range, its load widens the load's.
+    second = timed(tmp_path / "b", command, 401.0, [2.0, 3.0])
+    (second / "started").write_text("2026-12-03T01:00:00Z\n")
+    figures.record_timing(root, second, print)
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert (
+        "load average 2.0 to 8.5: `nox -s apply build test` took 6 min 41 s to 10 min 12 s" in text
+    )
+
+
+def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
+    failed = timed(tmp_path / "f", "python3 -m nox -s ci", 30.0, [1.0], rc=1)
+    with pytest.raises(ToolkitError, match=r"the timed command failed \(exit 1"):
+        figures.record_timing(root, failed, print)
+    # A ci run that ran and passed every stage, failed only for its time: recorded.
+    (failed / "timings.json").write_text(json.dumps({"complete": True}))
+    slow = json.loads(figures.record_timing(root, failed, print).read_text())
+    assert slow["outcome"].startswith("every stage passed; CI failed the run only for a stage")
+    assert (
+        "(one run, from a fresh clone; every stage passed; CI failed the run only"
+        in blocks.commands_timing(evidence.Evidence(root))
+    )
+    for made in (root / "results").glob("timing_*"):
+        made.unlink()
+    (failed / "timings.json").write_text(json.dumps({"complete": False}))
+    with pytest.raises(ToolkitError, match=r"the timed command failed"):
+        figures.record_timing(root, failed, print)
+    (failed / "wall_s").unlink()
+    with pytest.raises(ToolkitError, match="lacks wall_s: make it with `ci/time-command.sh"):
+        figures.record_timing(root, failed, print)
+    assert not list((root / "results").glob("timing_*"))
+
+
 # --- the committed pages ----------------------------------------------------------------
 
 
@@ -344,6 +422,28 @@ def outside_blocks(text: str) -> str:
 def test_no_measured_figure_sits_outside_a_block(page_path):
     loose = [m.group(0) for m in MEASURED.finditer(outside_blocks((REPO / page_path).read_text()))]
     assert not loose, f"{page_path}: figures written by hand: {loose} (put them in a block)"
+
+
+# Which pull-request groups pass `pr --check` changes with every patch and run:
+# a page that says it by hand goes stale silently (issue 39: "every group passes
+# `--check` but the Turing attention" after all five passed).
+GROUPS_PASS = re.compile(
+    r"(every|each|all|no|\w+ of the) (\w+ )?(pr )?groups? (\w+ )?(pass|fail)\w* `?(pr )?--check",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page_path", OWN_PAGES)
+def test_no_page_says_by_hand_which_groups_pass_the_pr_check(page_path):
+    text = " ".join(outside_blocks((REPO / page_path).read_text()).split())
+    said = [m.group(0) for m in GROUPS_PASS.finditer(text)]
+    assert not said, f"{page_path}: which groups pass `--check`, by hand: {said}"
+
+
+def test_the_groups_pattern_finds_the_stale_sentence():
+    assert GROUPS_PASS.search("On this commit every group passes `--check` but the Turing")
+    assert GROUPS_PASS.search("all five groups pass --check")
+    assert not GROUPS_PASS.search("`--check` fails on: a branch that does not apply")
 
 
 def test_the_pattern_finds_a_figure_written_by_hand_and_only_there():

@@ -50,6 +50,11 @@ def _config() -> dict:
             },
             {"repo": "https://github.com/example/unknown", "rev": "v1", "hooks": [{"id": "odd"}]},
             {
+                "repo": "https://github.com/example/by-sha",
+                "rev": "7" * 40,
+                "hooks": [{"id": "sha"}],
+            },
+            {
                 "repo": "local",
                 "hooks": [
                     {
@@ -118,6 +123,7 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
         "clang-format",
         "markdownlint-cli2",
         "odd",
+        "sha",
         "mypy-3.11",
         "shellcheck",
         "signoff",
@@ -125,9 +131,12 @@ def test_github_hooks_become_the_same_tool_from_pypi_at_the_rev():
     ]  # every hook, in order
     assert verdicts["ruff-check"] == verdicts["mypy-3.11"] == ""  # to be run
     assert verdicts["markdownlint-cli2"].startswith("not run: a node hook")
-    assert verdicts["odd"] == (
-        "not run: no PyPI build of https://github.com/example/unknown known to the toolkit"
+    # Every hook not run says why, and what would run it.
+    assert verdicts["odd"].startswith(
+        "not run: no PyPI package known for https://github.com/example/unknown (a hook from "
     )
+    assert verdicts["odd"].endswith("add one to PYPI_HOOKS in serieskit/checks/lint.py)")
+    assert verdicts["sha"].startswith("not run: pinned to a commit (777777777777), not a release")
     assert verdicts["shellcheck"].startswith("not run: shellcheck is not installed")
     assert verdicts["signoff"].startswith("not run: stage commit-msg only")
     assert {h["id"] for h in repo["hooks"]} == {
@@ -278,7 +287,11 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     commit_file(tree, "notes/a.txt", "all UPPER\n", "clean note")
     lines: list[str] = []
     assert lint.run(tree, work, base, log=lines.append) == []
-    table = dict(line.split(None, 1) for line in lines[lines.index("hooks:") + 1 :])
+    # The verdict against the base first, then each hook's.
+    assert lines[lines.index("hooks:") - 1].startswith(
+        "lint: no hook fails on what the series changes, against the base (3 passed, 1 skipped"
+    )
+    table = dict(line.split(None, 1) for line in lines[lines.index("hooks:") + 1 :][:5])
     assert table["no-bad"] == "passed"
     assert table["mypy-3.10"] == "passed (its errors are the base's too)"
     assert table["upper"] == "passed"
@@ -289,6 +302,10 @@ def test_series_findings_fail_and_the_base_s_own_do_not(tree, tmp_path):
     commit_file(tree, "notes/b.txt", "lower\n", "note a formatter rewrites")
     lines = []
     assert lint.run(tree, work, base, log=lines.append) == ["no-bad", "mypy-3.10", "upper"]
+    assert lines[lines.index("hooks:") - 1].startswith(
+        "lint: 3 hook(s) FAIL on what the series changes, against the base: "
+        "no-bad, mypy-3.10, upper"
+    )
     text = "\n".join(lines)
     # The new mypy error, named as mypy names it: with its line, to be found.
     assert "vllm/new.py:1: error: ERR series" in text
@@ -323,14 +340,25 @@ def test_check_layering_verdict_is_the_toolkit_s(tree, tmp_path):
     base = _head(tree)
     commit_file(tree, "vllm/c.py", "z = 1\n", "series")
     calls = []
-    assert (
-        lint.run(tree, tmp_path / "lint", base, lambda: calls.append(1) or True, log=lambda _: None)
-        == []
-    )
+
+    def passes(say) -> bool:
+        calls.append(1)
+        return True
+
+    assert lint.run(tree, tmp_path / "lint", base, passes, log=lambda _: None) == []
     assert calls == [1]
-    assert lint.run(tree, tmp_path / "lint", base, lambda: False, log=lambda _: None) == [
-        "check-layering"
-    ]
+
+    def raises(say) -> bool:
+        say("  vllm/c.py (platform coupling 0 -> 1)")
+        return False
+
+    lines: list[str] = []
+    assert lint.run(tree, tmp_path / "lint", base, raises, log=lines.append) == ["check-layering"]
+    # What is shown is the toolkit's count against the base, not the hook's own
+    # output (which compared with its own reference).
+    shown = "\n".join(lines).split("--- check-layering failed:\n", 1)[1]
+    assert shown.startswith("the counts of the base against the series head:\n")
+    assert "vllm/c.py (platform coupling 0 -> 1)" in shown
 
 
 def test_a_tree_without_config_is_named(tmp_path):

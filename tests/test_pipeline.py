@@ -227,10 +227,12 @@ class CiSession(FakeSession):
     def __init__(self, posargs: list[str]) -> None:
         super().__init__(posargs)
         self.ran: list[tuple] = []
+        self.kws: list[dict] = []
         self.logged: list[str] = []
 
     def run(self, *args, **kw) -> None:
         self.ran.append(args)
+        self.kws.append(kw)
 
     def install(self, *args, silent: bool = True) -> None:
         self.ran.append(("pip install", *args))
@@ -243,17 +245,54 @@ class CiSession(FakeSession):
         pass
 
 
+def torch_env(noxfile, tmp_path: Path, monkeypatch) -> str:
+    """What the torch_env session leaves for test and ci: its bin directory."""
+    bin_dir = tmp_path / "torch_env" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("")
+    monkeypatch.setattr(noxfile, "_TORCH_ENV", [str(bin_dir)])
+    return str(bin_dir)
+
+
+def test_test_and_ci_share_the_torch_env_sessions_environment():
+    """One torch install (5.8 GB) for both: nox runs torch_env first and
+    neither makes an environment of its own (issue 39)."""
+    pytest.importorskip("nox")
+    noxfile = _load_noxfile()
+    for session in (noxfile.test, noxfile.ci):
+        assert list(session.requires) == ["torch_env"] and session.venv_backend == "none"
+    assert noxfile.torch_env.venv_backend is None  # nox makes this one
+    assert noxfile.ci_port.venv_backend is None  # a port may pin another torch
+
+
+@pytest.mark.parametrize("name", ["test", "ci"])
+def test_test_and_ci_refuse_without_the_torch_env(tmp_path, monkeypatch, name):
+    pytest.importorskip("nox")
+    noxfile = _load_noxfile()
+    monkeypatch.setattr(noxfile, "_TORCH_ENV", [])  # --no-dependencies: torch_env did not run
+    monkeypatch.setattr(noxfile, "ROOT", tmp_path)  # and never made its environment here
+    session = CiSession([])
+    session.name = name
+    with pytest.raises(SessionFailed, match=f"{name} runs in torch_env's environment, which is"):
+        getattr(noxfile, name)(session)
+
+
 def test_nox_ci_session_runs_the_pipeline_file(tmp_path, monkeypatch):
     pytest.importorskip("nox")
     noxfile = _load_noxfile()
+    env_bin = torch_env(noxfile, tmp_path, monkeypatch)
     root = write(tmp_path, TWO)
     (root / "pin.toml").write_text((REPO / "pin.toml").read_text())
     monkeypatch.setattr(noxfile, "ROOT", root)
     monkeypatch.setattr(noxfile, "_ports", lambda session: [])
     session = CiSession(["-k", "x"])
     noxfile.ci(session)
-    assert session.ran[0][0] == "pip install" and noxfile.PYTEST in session.ran[0]
+    pip = (f"{env_bin}/python", "-m", "pip", "install")
+    assert session.ran[0][:4] == pip and noxfile.PYTEST in session.ran[0]
+    # programs from the shared environment first, the rest from PATH
     assert session.ran[1:] == [("pytest", "-k", "x"), ("echo", "done")]
+    env = session.kws[-1]["env"]
+    assert env["PATH"].startswith(env_bin + ":") and env["VIRTUAL_ENV"] == str(Path(env_bin).parent)
     assert any(line.startswith("installing 'ci' requirements: ") for line in session.logged)
     assert (root / ".work" / pipeline.TIMINGS).is_file()
     write(root, TWO.replace("budget_s = 10", "budget_s = -1"))
@@ -261,9 +300,12 @@ def test_nox_ci_session_runs_the_pipeline_file(tmp_path, monkeypatch):
         noxfile.ci(CiSession([]))
 
 
-def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(root, monkeypatch):
+def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(
+    root, tmp_path, monkeypatch
+):
     pytest.importorskip("nox")
     noxfile = _load_noxfile()
+    env_bin = torch_env(noxfile, tmp_path, monkeypatch)
     monkeypatch.setattr(noxfile, "ROOT", root)
     requirements = ["torch==9.9", "-r", "r.txt"]
     monkeypatch.setattr(noxfile.series, "test_requirements", lambda t: requirements)
@@ -272,6 +314,9 @@ def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(root, 
     (line,) = session.logged
     assert line.startswith("installing the series' test requirements: ")
     assert "torch==9.9 -r r.txt" in line and "minutes on a first run" in line
-    assert session.ran[0][0] == "pip install" and "torch==9.9" in session.ran[0]
-    assert "--no-compile" in session.ran[0]  # pip's byte-compiling was half the install
-    assert session.silent is False
+    install, run = session.ran
+    assert install[:4] == (f"{env_bin}/python", "-m", "pip", "install") and "torch==9.9" in install
+    assert "--no-compile" in install  # pip's byte-compiling was half the install
+    assert run == (f"{env_bin}/python", "-m", "serieskit", "test")
+    assert session.kws[0]["silent"] is False  # pip's own lines are the progress
+    assert session.kws[1]["env"]["VIRTUAL_ENV"] == str(Path(env_bin).parent)

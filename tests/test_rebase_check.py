@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from test_series import make_series
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
+from serieskit.errors import ToolkitError
 from serieskit.series import series
 from serieskit.upstream import rebase_check
 
@@ -69,3 +71,60 @@ def test_a_check_left_by_a_killed_one_is_removed_and_said(root, cache):
     assert not left.exists()
     assert git.git(repo, "worktree", "list").count("\n") == 1
     assert f"removed {left}, left by a check that was killed (pid 999999999)" in "\n".join(lines)
+
+
+# --- what a range or a typo says (issue 39: each says what to do next) --------------
+
+
+def index(monkeypatch, *on_index: str) -> list[str]:
+    """The package index holds ``on_index``; returns the specifiers asked for."""
+    from pip._vendor.packaging.specifiers import SpecifierSet
+
+    asked: list[str] = []
+
+    def releases(specifier: str) -> list[str]:
+        asked.append(specifier)
+        return [v for v in on_index if v in SpecifierSet(specifier)]
+
+    monkeypatch.setattr(rebase_check, "releases", releases)
+    return asked
+
+
+def test_a_range_past_the_newest_release_names_it_and_the_pin(monkeypatch):
+    index(monkeypatch, "0.32.0", "0.33.0")
+    with pytest.raises(ToolkitError) as e:
+        rebase_check.targets(["vllm>0.33"], pin="0.33.0")
+    message = str(e.value)
+    assert "matches 'vllm>0.33': the newest on the index is 0.33.0, the series' pin" in message
+    assert "nothing to rebase onto until a newer release is out" in message
+    assert "\n" not in message
+
+
+def test_a_range_with_no_match_below_the_newest_points_at_the_newest(monkeypatch):
+    index(monkeypatch, "0.33.0", "0.34.1")
+    with pytest.raises(ToolkitError) as e:
+        rebase_check.targets(["vllm>0.34.1"], pin="0.33.0")
+    assert "the newest on the index is 0.34.1 and the series is on 0.33.0" in str(e.value)
+    assert "try `nox -s rebase -- --check vllm==0.34.1`" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "spec, fix",
+    [("vllm=0.33.0", "(one release: 'vllm==0.33.0')"), ("vllm>=0.3,<<1", ""), ("vllm>", "")],
+)
+def test_an_invalid_specifier_is_one_line_with_the_form(monkeypatch, spec, fix):
+    asked = index(monkeypatch, "0.33.0")
+    with pytest.raises(ToolkitError) as e:
+        rebase_check.targets([spec], pin="0.33.0")
+    message = str(e.value)
+    assert message.startswith(
+        f"--check: {spec!r} is not a version specifier{' ' + fix if fix else ''}"
+    )
+    assert message.endswith("it takes vllm==VERSION or a range such as 'vllm>=0.27,<=0.33'")
+    assert "\n" not in message and not asked  # refused before asking the index
+
+
+def test_a_valid_range_asks_the_index_for_it(monkeypatch):
+    asked = index(monkeypatch, "0.31.0", "0.32.0", "0.33.0")
+    assert rebase_check.targets(["vllm>=0.32,<=0.33"], pin="0.33.0") == ["0.32.0", "0.33.0"]
+    assert asked == [">=0.32,<=0.33"]

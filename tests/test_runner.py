@@ -219,11 +219,29 @@ def test_upstream_tests_fail_only_on_what_the_series_breaks(tmp_path):
         "tests/test_gone.py::::tests.test_gone",  # its collection error, as pytest names it
     ]
     text = "\n".join(lines)
+    # Each file's line leads with the verdict against the base, then its counts.
     assert (
-        "tests/test_up.py: baseline 3 passed (1 failed there too), series 1 passed, 2 regression(s)"
-    ) in text
-    assert "REGRESSION tests.test_gone::test_a: passes on the base, not reported" in text
-    assert "FAILED tests.test_up::test_added_by_series: not in the baseline" in text
+        "  tests/test_up.py: 2 REGRESSION(S) against the base; on the series 1 passed, 3 failed"
+        in text
+    )
+    assert (
+        "REGRESSION tests.test_gone::test_a (tests/test_gone.py): passes on the base, not reported"
+        in text
+    )
+    assert (
+        "FAILED tests.test_up::test_added_by_series (tests/test_up.py): not in the baseline" in text
+    )
+    # A file that fails only where the base fails too says so first.
+    lines = []
+    found = upstream_tests.compare_with_baseline(
+        baseline, trees["base"], tests[:1], tmp_path / "out-base", log=lines.append
+    )
+    assert found == []
+    (line,) = [x for x in lines if x.startswith("  tests/test_up.py:")]
+    assert line.startswith(
+        "  tests/test_up.py: no regression against the base "
+        "(its 1 failing test(s) fail there too); on the series 3 passed, 1 failed"
+    ), line
 
 
 def test_a_baseline_of_another_base_or_torch_is_refused_with_the_refresh_command(tmp_path):

@@ -35,7 +35,8 @@ def verify_install(wheel: Path, log=print) -> dict:
     if importlib.util.find_spec("torch") is None:
         raise ToolkitError(
             f"wheel --verify: vLLM's requirements (torch, ...) are not installed in "
-            f"{sys.executable}: run it in `nox -s ci`'s environment, or install them "
+            f"{sys.executable}: run it in the environment that `nox -s test` and `nox -s ci` "
+            "share (.nox/torch_env), or install them "
             "(pip install torch -r .work/vllm/requirements/common.txt)"
         )
     expected = wheel_version(wheel)

@@ -367,17 +367,61 @@ def _main_command(run: Run) -> str:
     return duration(sum(took.get(s, 0.0) for s in _main_stages(run)))
 
 
+def _gb(size: object) -> str:
+    return f"{float(size) / 1e9:.1f} GB" if isinstance(size, int | float) else "not recorded"
+
+
+def _loaded(ev: Evidence) -> list[str]:
+    """Per command timed on a machine shared with other work
+    (``ci/time-command.sh``, kind ``timing``): how long it took, as a range
+    over the runs, with the load through them, and the disk it left."""
+    by: dict[str, list[Run]] = {}
+    for r in sorted((r for r in ev.runs if r.doc.get("kind") == "timing"), key=lambda r: r.date):
+        by.setdefault(str(r.doc.get("command")), []).append(r)
+    out = []
+    for command, runs in by.items():
+        took = sorted(float(r.doc.get("total_s") or 0) for r in runs)
+        span = duration(took[0]) + (f" to {duration(took[-1])}" if len(took) > 1 else "")
+        lows = [float((r.doc.get("load") or {}).get("min") or 0) for r in runs]
+        highs = [float((r.doc.get("load") or {}).get("max") or 0) for r in runs]
+        cores = runs[-1].doc.get("cores") or "several"
+        disk = runs[-1].doc.get("disk") or {}
+        left = ", ".join(f"`{k}` {_gb(v)}" for k, v in disk.items())
+        if len(disk) > 1:
+            left += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
+        short = command.replace("python3 -m ", "")
+        starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
+        slow = [r for r in runs if str(r.doc.get("outcome", "passed")) != "passed"]
+        if slow:
+            many = f"{len(slow)} of them: " if len(runs) > 1 else ""
+            starts += f"; {many}{slow[0].doc['outcome']}"
+        out.append(
+            f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
+            f"{max(highs):.1f}: `{short}` took {span} "
+            f"({'one run' if len(runs) == 1 else f'{len(runs)} runs'}, from {starts}"
+            f"; disk afterwards: {left}); " + "; ".join(r.caption() for r in runs) + "."
+        )
+    return out
+
+
 def commands_timing(ev: Evidence) -> str:
-    """The two commands' durations, from CI's own timing of a real run."""
+    """The two commands' durations: from CI's own timing of a real run, then
+    as a machine shared with other work takes them."""
     run = _ci(ev)
     if run is None:
-        return "Their duration on a fresh machine is " + NOT_MEASURED.format(CI_TIMINGS) + "."
-    total = duration(float(run.doc.get("total_s") or 0))
-    return (
-        f"Measured by CI itself: `nox -s ci` took {total}, and the stages that make up the "
-        f"main job ({', '.join(_main_stages(run))}) {_main_command(run)}{_load(run)}; "
-        f"{run.caption()}."
-    )
+        lead = "Their duration on a fresh machine is " + NOT_MEASURED.format(CI_TIMINGS) + "."
+    else:
+        total = duration(float(run.doc.get("total_s") or 0))
+        lead = (
+            f"Measured by CI itself: `nox -s ci` took {total}, and the stages that make up the "
+            f"main job ({', '.join(_main_stages(run))}) {_main_command(run)}{_load(run)}; "
+            f"{run.caption()}."
+        )
+    loaded = _loaded(ev) or [
+        "How long they take on a loaded machine is not yet measured: no `results/timing_*.json` "
+        "(`ci/time-command.sh`, then `python3 -m serieskit figures --record-timing DIR`)."
+    ]
+    return "\n\n".join([lead, *loaded])
 
 
 def sitting(ev: Evidence) -> str:

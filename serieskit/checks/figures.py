@@ -11,7 +11,9 @@ one-GPU results file that ran before the current version of the files it
 covers without saying so (:func:`stale_citations`). ``--record-ci``
 copies a complete CI run's stage durations (``.work/ci/timings.json``,
 written by ``nox -s ci``) to ``results/ci_timings.json`` with the results
-header, for the timing blocks.
+header, for the timing blocks. ``--record-timing DIR`` does the same for a
+README command timed by ``ci/time-command.sh`` on a machine shared with
+other work (its load sampled through the run), and its disk use.
 """
 
 from __future__ import annotations
@@ -272,10 +274,118 @@ def record_ci(root: Path, log: Callable[[str], object] = print) -> Path:
     return dest
 
 
-def session(root: Path, check_only: bool = False, record: bool = False) -> None:
-    """``figures`` [--check] [--record-ci]."""
+# --- a command timed on a loaded machine (ci/time-command.sh) ---------------------
+
+TIMING_FILES = ("command", "note", "commit", "started", "wall_s", "rc", "load.txt", "du.txt")
+
+
+def _loads(text: str) -> list[list]:
+    """``[time, 1-minute load]`` per line of load.txt (``TIME L1 L5 L15``)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            out.append([parts[0], float(parts[1])])
+    return out
+
+
+def _sizes(text: str) -> dict[str, int]:
+    """``du -sb`` lines: path -> bytes; a cache under a home folder is named
+    from ``~`` (the same on every machine)."""
+    out = {}
+    for line in text.splitlines():
+        size, _, path = line.partition("\t")
+        if size.strip().isdigit():
+            home, _, rest = path.strip().partition("/.cache/")
+            out[f"~/.cache/{rest}" if rest and home else path.strip()] = int(size)
+    return out
+
+
+def _only_slow(folder: Path) -> bool:
+    """Whether a ``nox -s ci`` run that exited non-zero ran and passed every
+    stage (its timings.json complete): then only the time limit failed it."""
+    try:
+        timings = json.loads((folder / "timings.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return bool(timings.get("complete"))
+
+
+def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print) -> Path:
+    """results/timing_<command>_<date>.json from ``ci/time-command.sh``'s folder."""
+    missing = [f for f in TIMING_FILES if not (folder / f).is_file()]
+    if missing:
+        raise ToolkitError(
+            f"figures: {folder} lacks {', '.join(missing)}: make it with "
+            "`ci/time-command.sh DIR COMMAND...` in the checkout measured"
+        )
+    read = {f: (folder / f).read_text().strip() for f in TIMING_FILES}
+    outcome = "passed"
+    if read["rc"] != "0":
+        if not _only_slow(folder):
+            raise ToolkitError(
+                f"figures: the timed command failed (exit {read['rc']}, {folder}/output.log): "
+                "a failed run's time would understate a real one"
+            )
+        # Every stage ran and passed; CI fails a stage over fail_factor times its
+        # budget, which on a loaded machine is the figure itself, not a fault.
+        outcome = "every stage passed; CI failed the run only for a stage over its time limit"
+    loads = _loads(read["load.txt"])
+    if not loads:
+        raise ToolkitError(f"figures: {folder}/load.txt holds no load sample")
+    total = round(float(read["wall_s"]), 1)
+    levels = [x[1] for x in loads]
+    cores = os.cpu_count() or 0
+    machine = results.machine_block([], None, None, None)
+    machine |= {
+        "name": f"CPU ({cores} cores)",
+        "label": f"CPU run (no GPU, {cores} cores shared with other work)",
+    }
+    sizes = _sizes(read["du.txt"])
+    figures = {
+        "total_s": results.figure(total, "s", read["command"], "total_s"),
+        "load.min": results.figure(min(levels), "", "1-minute load average, lowest", "load.min"),
+        "load.max": results.figure(max(levels), "", "1-minute load average, highest", "load.max"),
+    }
+    for name, size in sizes.items():
+        key = re.sub(r"[^\w-]+", "_", name).strip("_")
+        figures[f"disk.{key}"] = results.figure(size, "B", f"{name} afterwards", f"disk['{name}']")
+    body = {
+        "command": read["command"],
+        "from": read["note"],
+        "commit": read["commit"],
+        "started": read["started"],
+        "outcome": outcome,
+        "cores": cores,
+        "total_s": total,
+        "load": {"min": min(levels), "max": max(levels), "every_s": 5, "samples": loads},
+        "disk": sizes,
+        "source": "ci/time-command.sh's files, recorded by figures --record-timing",
+        "host": {"python": platform.python_version(), "platform": platform.platform()},
+    }
+    doc = results.document(
+        "timing",
+        body,
+        machine=machine,
+        series=results.current_series(root),
+        figures=figures,
+        date=read["started"],
+    )
+    slug = re.sub(r"[^a-z0-9]+", "_", read["command"].split(" -s ", 1)[-1].lower()).strip("_")
+    dest = root / RESULTS / f"timing_{slug}_{read['started'][:10]}.json"
+    results.write(dest, doc)
+    log(f"figures: {dest.relative_to(root)} written from {folder}")
+    return dest
+
+
+def session(
+    root: Path, check_only: bool = False, record: bool = False, timing: Path | None = None
+) -> None:
+    """``figures`` [--check] [--record-ci] [--record-timing DIR]."""
     if record:
         record_ci(root)
+    if timing is not None:
+        record_timing(root, timing)
     if check_only:
         diff = check(root)
         if diff:

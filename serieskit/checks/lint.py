@@ -146,6 +146,21 @@ def _stages(hook: dict, default: list[str] | None) -> set[str]:
     return set(hook.get("stages") or default or [STAGE, *LOCAL_STAGES])
 
 
+def _unknown(url: str, repo: dict) -> str:
+    """Why a GitHub repository's hook is not run, and what would run it."""
+    rev = str(repo.get("rev", ""))
+    if re.fullmatch(r"[0-9a-f]{40}", rev):
+        # A commit names no release: no PyPI version to install in its place.
+        return (
+            f"pinned to a commit ({rev[:12]}), not a release, so there is no PyPI "
+            "version to run in its place offline; upstream's CI runs it"
+        )
+    return (
+        f"no PyPI package known for {url} (a hook from GitHub runs here as its PyPI "
+        "package: add one to PYPI_HOOKS in serieskit/checks/lint.py)"
+    )
+
+
 def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
     """(the offline configuration, every hook of ``config`` in order). Hooks
     that will not run carry their ``not run: ...`` verdict already."""
@@ -183,9 +198,7 @@ def offline_config(config: dict, which=shutil.which) -> tuple[dict, list[Hook]]:
                     }
                 )
             else:
-                entry.verdict = "not run: " + NOT_RUN_REPOS.get(
-                    url, f"no PyPI build of {url} known to the toolkit"
-                )
+                entry.verdict = "not run: " + NOT_RUN_REPOS.get(url, _unknown(url, repo))
     share_python_env(local)
     offline = {
         k: v
@@ -392,13 +405,33 @@ def table(hooks: list[Hook]) -> list[str]:
     return [f"  {h.id:<{width}}  {h.verdict}" for h in hooks]
 
 
+def verdict(hooks: list[Hook]) -> str:
+    """The summary's first line: what fails against the base, then how many
+    hooks passed, were skipped and were not run (each with its reason below)."""
+    failed = [h.id for h in hooks if h.verdict == "failed"]
+    tally = {
+        word: sum(h.verdict.startswith(word) for h in hooks)
+        for word in ("passed", "skipped", "not run")
+    }
+    lead = (
+        f"{len(failed)} hook(s) FAIL on what the series changes, against the base: "
+        + ", ".join(failed)
+        if failed
+        else "no hook fails on what the series changes, against the base"
+    )
+    return (
+        f"lint: {lead} ({tally['passed']} passed, {tally['skipped']} skipped: no files of "
+        f"theirs changed, {tally['not run']} not run: each with its reason below)"
+    )
+
+
 def run(
     repo: Path, work: Path, base: str, layering_check=None, log=print, commit: str = "HEAD"
 ) -> list[str]:
     """Lint ``commit`` of ``repo`` (the series head) against ``base`` with
-    that commit's own config; print each hook's verdict and return the hooks
-    that failed. ``layering_check`` (``() -> bool``) is the base-vs-head
-    verdict of check-layering."""
+    that commit's own config; print the verdict, each hook's, then what the
+    failing ones said, and return the hooks that failed. ``layering_check``
+    (``(log) -> bool``) is the base-vs-head verdict of check-layering."""
     config = work / "pre-commit-config.yaml"
     head = git.detached_worktree(repo, work / "head", git.git(repo, "rev-parse", commit).strip())
     hooks = write_offline_config(head, config)
@@ -420,19 +453,25 @@ def run(
             else:
                 hook.output = "\n".join(new_mypy_error_lines(hook.output, new))
         elif hook.id == "check-layering" and layering_check is not None:
-            log("check-layering against the base, with the manifest's declarations:")
-            if layering_check():
+            # The hook's own output compares with whatever reference it found
+            # and may list files the series never touches: the toolkit's count
+            # of the base against the head, with the manifest's declarations,
+            # is the verdict and what is shown.
+            said: list[str] = ["the counts of the base against the series head:"]
+            if layering_check(said.append):
                 hook.verdict = "passed (every increase declared in the manifest)"
+            hook.output = "\n".join(said)
     failed = [h for h in hooks if h.verdict == "failed"]
+    log(verdict(hooks))
+    log("hooks:")
+    for line in table(hooks):
+        log(line)
     for hook in failed:
         log(f"--- {hook.id} failed:")
         log(hook.output or "(no output)")
     if changes := git.git(head, "diff", "--stat").strip():
         log(f"--- files the hooks rewrote (git diff in {head}):")
         log(changes)
-    log("hooks:")
-    for line in table(hooks):
-        log(line)
     return [h.id for h in failed]
 
 
@@ -460,14 +499,14 @@ def session(where, log=print) -> None:
     assert base_commit
     require_tools()
 
-    def layering_check() -> bool:
+    def layering_check(say) -> bool:
         script = tree / layering.SCRIPT
         # On a rebased work tree (a fork's ref, say) the target's upstream base
         # is the reference: increases that the work tree's base has too are
         # reported as "base reports the same" and do not fail.
         ref = t.commit if t.commit and t.commit != base_commit else None
         return layering.check_series(
-            tree, base_commit, script, series.layering_acknowledged(t), ref, log=log
+            tree, base_commit, script, series.layering_acknowledged(t), ref, log=say
         )
 
     failed = run(tree, t.out("lint"), base_commit, layering_check, log)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -207,9 +208,16 @@ def thread_env(jobs: int) -> dict[str, str]:
 
 
 def run_in_order(
-    tree: Path, tests: list[str], out_dir: Path, jobs: int, kw: dict, label: str, log
+    tree: Path,
+    tests: list[str],
+    out_dir: Path,
+    jobs: int,
+    kw: dict,
+    label: str,
+    log,
+    line: Callable[[Outcome], str] = Outcome.line,
 ) -> list[Outcome]:
-    """Run ``tests`` (``jobs`` at a time), logging each file's line in the
+    """Run ``tests`` (``jobs`` at a time), logging each file's ``line`` in the
     files' order as its result is known."""
     for test in tests:  # every file is there before any starts
         if not (tree / test).is_file():
@@ -219,7 +227,7 @@ def run_in_order(
         for i, test in enumerate(tests, 1):
             log(f"{label} {i}/{len(tests)}: {test}")
             outcomes.append(run_file(tree, test, out_dir, **kw))
-            log("  " + outcomes[-1].line())
+            log("  " + line(outcomes[-1]))
         return outcomes
     log(f"{label}: {len(tests)} file(s), {jobs} at a time (one process each)")
     with ThreadPoolExecutor(jobs) as pool:
@@ -227,7 +235,7 @@ def run_in_order(
         for i, (test, future) in enumerate(zip(tests, futures, strict=True), 1):
             outcomes.append(future.result())
             log(f"{label} {i}/{len(tests)}: {test}")
-            log("  " + outcomes[-1].line())
+            log("  " + line(outcomes[-1]))
     return outcomes
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
-from serieskit.checks.runner import run_in_order, thread_env
+from serieskit.checks.runner import Outcome, run_in_order, thread_env
 from serieskit.errors import ToolkitError
 from serieskit.series import series, target
 
@@ -245,7 +245,8 @@ def upstream(where, tree: Path, jobs: int = 1, log=print) -> list[str]:
     )
     out = t.out("test-results") / UPSTREAM / "series"
     found = compare_with_baseline(baseline, tree, tests, out, jobs, log, t.out("pycache"))
-    log(f"upstream: {len(tests)} file(s), {len(found)} regression(s)")
+    verdict = f"{len(found)} REGRESSION(S)" if found else "no regression"
+    log(f"upstream: {verdict} against the base in {len(tests)} file(s)")
     return found
 
 
@@ -263,26 +264,36 @@ def compare_with_baseline(
     tests the baseline does not know."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**thread_env(jobs), **UPSTREAM_ENV}
-    outcomes = run_in_order(
-        tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream", log
-    )
-    found = []
-    for test, outcome in zip(tests, outcomes, strict=True):
-        base = baseline.files[test]
+    held: dict[str, tuple[list[str], list[str], dict[str, str]]] = {}  # file -> lost, new, now
+
+    def verdict(outcome: Outcome) -> str:
+        """The file's line, leading with the verdict against the base: its
+        failures are upstream's own where the base fails them too."""
+        test, base = outcome.file, baseline.files[outcome.file]
         now = case_results(out / (test.replace("/", "__") + ".xml"))
-        lost, new = regressions(base, now), new_failures(base, now)
-        fails = sum(r == "failed" for r in base.values())
-        log(
-            f"  {test}: baseline {sum(r == 'passed' for r in base.values())} passed "
-            f"({fails} failed there too), series {outcome.passed} passed, "
-            f"{len(lost) + len(new)} regression(s)"
+        held[test] = (regressions(base, now), new_failures(base, now), now)
+        bad = len(held[test][0]) + len(held[test][1])
+        on_base = sum(r == "failed" for r in base.values())
+        lead = (
+            f"{bad} REGRESSION(S) against the base"
+            if bad
+            else "no regression against the base"
+            + (f" (its {on_base} failing test(s) fail there too)" if on_base else "")
         )
+        return f"{test}: {lead}; on the series {outcome.line().split(': ', 1)[1]}"
+
+    run_in_order(tree, tests, out, jobs, {"env": env, "pycache": pycache}, "upstream", log, verdict)
+    found = []
+    for test in tests:
+        lost, new, now = held[test]
         for name in lost:
             log(
-                f"      REGRESSION {name}: passes on the base, "
+                f"      REGRESSION {name} ({test}): passes on the base, "
                 f"{now.get(name, 'not reported')} with the series"
             )
         for name in new:
-            log(f"      FAILED {name}: not in the baseline (the series adds or renames it)")
+            log(
+                f"      FAILED {name} ({test}): not in the baseline (the series adds or renames it)"
+            )
         found += [f"{test}::{name}" for name in lost + new]
     return found

@@ -50,22 +50,58 @@ class TargetResult:
         return [p for p in self.patches if p.how == "conflict"]
 
 
-def targets(specs: list[str]) -> list[str]:
-    """Release versions from ``vllm==X`` and ``vllm<spec>`` arguments, oldest first."""
+# One PEP 440 clause: an operator, then a version (wildcards for == and !=).
+CLAUSE = re.compile(r"\s*(~=|===|==|!=|<=|>=|<|>)\s*[0-9][\w.*+!-]*\s*")
+FORMS = "vllm==VERSION or a range such as 'vllm>=0.27,<=0.33'"
+
+
+def targets(specs: list[str], pin: str | None = None) -> list[str]:
+    """Release versions from ``vllm==X`` and ``vllm<spec>`` arguments, oldest
+    first. ``pin``, the series' release, is named when nothing matches."""
     versions: list[str] = []
     for spec in specs:
         if m := re.fullmatch(r"vllm==(\S+)", spec):
             base.check_version(m.group(1))
             versions.append(m.group(1))
         elif m := re.fullmatch(r"vllm([<>=!~][^@\s]*)", spec):
-            versions += releases(m.group(1))
+            versions += releases(_specifier(spec, m.group(1)))
         else:
-            raise ToolkitError(
-                f"--check takes vllm==VERSION or a range such as 'vllm>=0.27,<=0.33', not {spec!r}"
-            )
+            raise ToolkitError(f"--check takes {FORMS}, not {spec!r}")
     if not versions:
-        raise ToolkitError(f"no vLLM release with a source distribution matches {specs}")
+        raise ToolkitError(_nothing_matches(specs, pin))
     return sorted(set(versions), key=_version_key)
+
+
+def _specifier(spec: str, specifier: str) -> str:
+    """``specifier`` checked here, so that a typo is one line that shows the
+    form rather than pip's traceback."""
+    if all(CLAUSE.fullmatch(c) for c in specifier.split(",")):
+        return specifier
+    fix = (
+        f" (one release: 'vllm=={specifier[1:]}')" if re.fullmatch(r"=[^=<>!~]+", specifier) else ""
+    )
+    raise ToolkitError(f"--check: {spec!r} is not a version specifier{fix}; it takes {FORMS}")
+
+
+def _nothing_matches(specs: list[str], pin: str | None) -> str:
+    """No release matches: say which is the newest and where the series is, and so
+    whether there is anything to move to yet."""
+    wanted = " ".join(repr(s) for s in specs)
+    found = releases(">=0")
+    newest = max(found, key=_version_key) if found else None
+    if newest is None:
+        return f"no vLLM release with a source distribution matches {wanted} (none on the index)"
+    if pin and _version_key(newest) <= _version_key(pin):
+        return (
+            f"no vLLM release with a source distribution matches {wanted}: the newest on "
+            f"the index is {newest}, the series' pin already (pin.toml); nothing to rebase "
+            "onto until a newer release is out (this check finds it then)"
+        )
+    on = f" and the series is on {pin} (pin.toml)" if pin else ""
+    return (
+        f"no vLLM release with a source distribution matches {wanted}: the newest on the "
+        f"index is {newest}{on}; try `nox -s rebase -- --check vllm=={newest}`"
+    )
 
 
 def releases(specifier: str) -> list[str]:
@@ -93,7 +129,7 @@ def check(root: Path, specs: list[str], log=print) -> list[TargetResult]:
     base.ensure_repo(repo)
     clear_left_checks(root, repo, log)
     results = []
-    for version in targets(specs):
+    for version in targets(specs, base.read_pin(root).version):
         onto, _ = base.ensure_base(repo, version, None, log=log)
         results.append(TargetResult(version, try_series(root, repo, onto, names)))
         report(results[-1], log)
