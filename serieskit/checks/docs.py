@@ -113,7 +113,15 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
     if not commits:
         log("docs: no patch touches the reference's sources")
         return []
-    before = {c: git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() for c in commits}
+    def subject(c: str) -> str:
+        return git.git(tree, "log", "-1", "--format=%s", c).strip()
+
+    def tree_of(c: str) -> str:
+        return git.git(tree, "rev-parse", f"{c}^{{tree}}").strip()
+
+    # By subject: a commit that did not touch the reference may come to (its
+    # regenerated reference differs from its parent's), so the lists differ.
+    before = {subject(c): tree_of(c) for c in commits}
     script = (
         f"{sys.executable} {GENERATOR} --root . && git add {OUTPUT} && "
         "(git diff --cached --quiet || git commit -q --amend --no-edit --no-verify)"
@@ -133,11 +141,7 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
         git.run(tree, "rebase", "--abort")
         raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
-    changed = [
-        git.git(tree, "log", "-1", "--format=%s", c).strip()
-        for c, old in zip(after, before.values(), strict=True)
-        if git.git(tree, "rev-parse", f"{c}^{{tree}}").strip() != old
-    ]
+    changed = [subject(c) for c in after if before.get(subject(c)) != tree_of(c)]
     for subject in changed:
         log(f'docs: regenerated {OUTPUT} in "{subject}"')
     if not changed:
