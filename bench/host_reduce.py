@@ -47,19 +47,17 @@ INTERFERENCE_BYTES = 8192000
 CE_MAX_PIECES, CE_MIN_PIECE = 16, 256 * 1024
 CE_CALLS_PER_PIECE, CE_FIXED_CALLS = 4, 9
 IMPLS = ("nccl", "kernel_mode", "copy_engine_mode")
-# kernel_config.host_reduce of the two channels (vLLM's HostReduceConfig,
-# every other field at its default): the kernel mode serves every size (its
-# limit raised to the largest), the copy-engine mode every size (the kernel
-# mode's limit at its smallest, 16 B).
+# parallel_config.host_all_reduce_config of the two channels (vLLM's
+# HostAllReduceConfig, every other field at its default): the kernel mode
+# serves every size (its limit raised to the largest), the copy-engine mode
+# every size (the kernel mode's limit at its smallest, 16 B).
 CHANNELS = {
     "kernel_mode": {
-        "enabled": True,
         "max_bytes": CE_MAX,
         "copy_engine_max_bytes": 0,
         "timeout_s": 30.0,
     },
     "copy_engine_mode": {
-        "enabled": True,
         "max_bytes": 16,
         "copy_engine_max_bytes": CE_MAX,
         "timeout_s": 30.0,
@@ -350,7 +348,7 @@ def _interference(rank, cpu_group, hr_kernel, hr_ce, ar_ms: dict) -> dict:
 
 
 def _worker(rank: int, port: int, out_path: str, queue) -> None:
-    from vllm.config.kernel import HostReduceConfig
+    from vllm.config.parallel import HostAllReduceConfig
     from vllm.distributed.device_communicators.host_all_reduce import HostAllReduce
 
     torch.cuda.set_device(rank)
@@ -358,8 +356,14 @@ def _worker(rank: int, port: int, out_path: str, queue) -> None:
     cpu_group = dist.new_group(backend="gloo")
     x = torch.ones(1, device="cuda")
     dist.all_reduce(x)
-    hr_kernel = HostAllReduce(cpu_group, rank, HostReduceConfig(**CHANNELS["kernel_mode"]))
-    hr_ce = HostAllReduce(cpu_group, rank, HostReduceConfig(**CHANNELS["copy_engine_mode"]))
+    # peer_access=False in place of vLLM's P2P check: the GPUs stand in for
+    # a pair without peer access (NCCL_P2P_DISABLE=1 does the same for NCCL).
+    hr_kernel = HostAllReduce(
+        cpu_group, rank, HostAllReduceConfig(**CHANNELS["kernel_mode"]), peer_access=False
+    )
+    hr_ce = HostAllReduce(
+        cpu_group, rank, HostAllReduceConfig(**CHANNELS["copy_engine_mode"]), peer_access=False
+    )
     assert not hr_kernel.disabled, hr_kernel.disabled_reason
     assert not hr_ce.disabled, hr_ce.disabled_reason
     # Where the copy-engine mode cannot run here, that channel would decline

@@ -4,11 +4,14 @@
         --out results/e2e.json [--model seed|small] [--layers N] [--rounds 2] [--ceiling]
     python3 e2e/ab.py --merge run1.json run2.json --out results/e2e.json
 
-Each arm file: {"name", "kernel_config", "attention_config", "env"}, optionally
+Each arm file: {"name", "parallel_config", "kernel_config",
+"attention_config", "env"} (parallel_config: the host all-reduce's engine
+arguments, enable_host_all_reduce and host_all_reduce_config), optionally
 "compilation_config" and "engine_args" (more keyword arguments of vllm.LLM: the
 overlap arms set enable_dbo and dbo_prefill_token_threshold); every boot
 runs with TP=2 (``--tp 1`` checks the harness on one GPU), NCCL_P2P_DISABLE=1
-(unless the arm's env says otherwise),
+and vLLM's P2P check answering "no peer access" (boot.hide_peer_access;
+unless the arm's env says otherwise),
 --disable-custom-all-reduce, 2048-token chunks, eager prefill and decode
 captured in CUDA graphs of 1, 2, 4 and 8 tokens. Rounds alternate the order
 (A B C, C B A, ...) so that a drift over the run does not favour one arm. The

@@ -13,20 +13,43 @@ measured prompts. ``--profile-tokens N``: device time per kernel over one
 more prompt of N tokens (after everything measured), for the ideal-overlap
 bound. ``--warm-only`` boots and runs the warm-up prompts alone (the
 harness's uncounted warm boot: it fills the kernel caches on disk).
+
+With NCCL_P2P_DISABLE=1 the boot also makes vLLM's own P2P check report no
+peer access (hide_peer_access), so that a GPU pair with P2P is, to vLLM as
+to NCCL, the pair without it that the host all-reduce is for.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402
+
+
+def hide_peer_access(num_gpus: int) -> None:
+    """Make vLLM's P2P check (the custom all-reduce's, which the host
+    all-reduce asks too) report no peer access between any of the GPUs.
+
+    The check reads its answer from a cache file in VLLM_CACHE_ROOT when
+    VLLM_SKIP_P2P_CHECK=0: written here, in a fresh folder (never the
+    machine's own cache), for the keys vLLM looks it up by.
+    """
+    root = Path(tempfile.mkdtemp(prefix="vllm-no-p2p-"))
+    pairs = {f"{i}->{j}": False for i in range(num_gpus) for j in range(num_gpus)}
+    keys = {",".join(map(str, range(num_gpus))), os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    for key in keys - {""}:
+        (root / f"gpu_p2p_access_cache_for_{key}.json").write_text(json.dumps(pairs))
+    os.environ["VLLM_CACHE_ROOT"] = str(root)
+    os.environ["VLLM_SKIP_P2P_CHECK"] = "0"
 
 
 class PeakMemory(threading.Thread):
@@ -72,7 +95,9 @@ def main() -> None:
     p.add_argument("--model", default="seed")
     p.add_argument("--layers", type=int)
     p.add_argument(
-        "--arm", required=True, help="JSON: kernel_config, attention_config, engine_args"
+        "--arm",
+        required=True,
+        help="JSON: parallel_config, kernel_config, attention_config, engine_args",
     )
     p.add_argument("--prefill", default="all", help="'all' or a comma list of names")
     p.add_argument("--decode-tokens", type=int, default=256)
@@ -84,6 +109,8 @@ def main() -> None:
     model = models.folder(a.model, a.layers)
     if not (model / "weights.json").is_file():
         sys.exit(f"error: no weights in {model}: python3 e2e/models.py --write {a.model}")
+    if os.environ.get("NCCL_P2P_DISABLE") == "1":
+        hide_peer_access(max(a.tp, 2))
     mem = PeakMemory()
     mem.start()
     from vllm import LLM, SamplingParams
@@ -108,6 +135,7 @@ def main() -> None:
             "cudagraph_capture_sizes": [1, 2, 4, 8],
             **arm.get("compilation_config", {}),
         },
+        **(arm.get("parallel_config") or {}),
         kernel_config=arm.get("kernel_config") or {},
         attention_config=arm.get("attention_config") or {},
         worker_extension_cls="e2e_worker.HarnessWorker",

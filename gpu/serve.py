@@ -24,7 +24,9 @@ rest are skipped:
 5. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
    written here, nothing downloaded);
 6. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
-   minus TP=2 and the TP prefill overlap (DBO for TP), which needs TP >= 2;
+   minus what needs two ranks (TP=2, the host all-reduce, the TP prefill
+   overlap: DBO for TP, which needs TP >= 2) or an SM75 GPU
+   (--attention-backend TRITON_TURING_ATTN: TRITON_ATTN here);
 7. requests through the ``openai`` package (completions, greedy, token ids as
    the prompt: the checkpoint has no tokenizer) and ``curl`` (/version);
 8. the server log's lines that show which of the series' routes were taken.
@@ -62,17 +64,15 @@ from serieskit import results  # noqa: E402
 MODEL_NAME = "small"
 SMOKE = ROOT / "results" / "series_gpu_smoke_033_h200.json"
 # The series' settings on a Turing pair (docs/serve-on-turing.md) less what
-# needs two ranks: --tensor-parallel-size 2 and --enable-dbo (the TP prefill overlap).
-KERNEL_CONFIG = {"host_reduce": {"enabled": True, "copy_engine_max_bytes": 20971520}}
-ATTENTION_CONFIG = {"turing_prefill_min_query_len": 65}
+# needs two ranks (--tensor-parallel-size 2, --enable-host-all-reduce, which
+# vLLM rejects at one rank, and --enable-dbo: the TP prefill overlap) or an
+# SM75 GPU (--attention-backend TRITON_TURING_ATTN).
 COMPILATION_CONFIG = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8]}
 # The engine arguments --engine-args may replace (a null value drops one):
 # gpu/evidence.sh keeps the sitting's in one place.
 ENGINE = {
     "attention_backend": "TRITON_ATTN",
     "compilation_config": COMPILATION_CONFIG,
-    "kernel_config": KERNEL_CONFIG,
-    "attention_config": ATTENTION_CONFIG,
     "gpu_memory_utilization": 0.5,
 }
 # The log lines of the series' routes (patches/manifest.toml `route`, and the
@@ -351,9 +351,7 @@ def main() -> int:
             "--port",
             str(a.port),
         ]
-        body["command"] = "NCCL_P2P_DISABLE=1 " + " ".join(
-            f"'{c}'" if c.startswith("{") else c for c in cmd
-        )
+        body["command"] = " ".join(f"'{c}'" if c.startswith("{") else c for c in cmd)
         log_path = out_dir / "serve.log"
         log_file = open(log_path, "w")  # noqa: SIM115 - the server writes it until stopped
         server = subprocess.Popen(
@@ -361,7 +359,7 @@ def main() -> int:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd="/",
-            env=dict(env, NCCL_P2P_DISABLE="1", PYTHONUNBUFFERED="1"),
+            env=dict(env, PYTHONUNBUFFERED="1"),
         )
         step("vllm serve: up (/health answers)", lambda: wait_ready(server, a.port, a.boot_limit))
 

@@ -87,12 +87,10 @@ case $step in
   host-reduce)
     # Item 1: both modes bit-identical to NCCL, CUDA graphs, the timeouts;
     # time per call and bandwidth against NCCL and the pinned-copy floor,
-    # the copy-engine mode's host time; its rendezvous on and off.
-    # The benchmarks first (about a minute each), the tests in what is left.
+    # the copy-engine mode's host time. The benchmark first (about a
+    # minute), the tests in what is left.
     need_tree
     bounded 120 python3 bench/host_reduce.py --out "$OUT/bench_host_reduce_h200x2.json"
-    bounded 120 python3 bench/host_reduce_rendezvous.py \
-      --out "$OUT/bench_host_reduce_rendezvous_h200x2.json"
     tests host_reduce 560 "" tests/distributed/test_host_reduce.py \
       tests/config/test_host_reduce_config.py
     ;;

@@ -13,16 +13,15 @@ import subprocess
 import sys
 import tarfile
 
-import pytest
-from test_results import H200X2, ROOT, SERIES, script
+from test_results import ROOT, script
 
-from serieskit import results
 from serieskit.series import series
 
 PATCHES = sorted((ROOT / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
 TWO_GPU = ROOT / "gpu" / "two_gpu.sh"
 KERNEL_PY = "vllm/config/kernel.py"
 DBO_ARGS = {"enable_dbo", "dbo_prefill_token_threshold", "dbo_decode_token_threshold"}
+PARALLEL_PY = "vllm/config/parallel.py"
 
 
 def _diff_lines(path: str):
@@ -58,17 +57,19 @@ def class_fields(path: str, cls: str) -> set[str]:
 
 
 def test_class_fields_reads_the_series_configs():
-    host = class_fields(KERNEL_PY, "HostReduceConfig")
-    assert {"enabled", "max_bytes", "copy_engine_max_bytes", "timeout_s"} <= host
+    host = class_fields(PARALLEL_PY, "HostAllReduceConfig")
+    assert {"max_bytes", "copy_engine_max_bytes", "timeout_s"} <= host
+    parallel = class_fields(PARALLEL_PY, "ParallelConfig")
+    assert {"enable_host_all_reduce", "host_all_reduce_config"} <= parallel
     kernel = class_fields(KERNEL_PY, "KernelConfig")
-    assert "host_reduce" in kernel
+    assert "host_reduce" not in kernel and "tp_prefill_overlap_min_tokens" not in kernel
     # a function's parameters after the class are not its fields
     assert "tensor_parallel_size" not in kernel
 
 
-def check_host_reduce(config: dict, fields: set[str], where: str) -> None:
-    """``config`` names only fields of the series' HostReduceConfig and
-    passes its own checks (HostReduceConfig.__post_init__)."""
+def check_host_all_reduce(config: dict, fields: set[str], where: str) -> None:
+    """``config`` names only fields of the series' HostAllReduceConfig and
+    passes its own checks (its pydantic constraints and validator)."""
     assert set(config) <= fields, f"{where}: {sorted(set(config) - fields)} not in the series"
     max_bytes = config.get("max_bytes", 256 * 1024)
     assert max_bytes > 0 and max_bytes % 16 == 0, where
@@ -76,31 +77,28 @@ def check_host_reduce(config: dict, fields: set[str], where: str) -> None:
     assert ce == 0 or (ce > max_bytes and ce % 16 == 0), where
 
 
-def test_host_reduce_benches_build_configs_of_the_series():
-    fields = class_fields(KERNEL_PY, "HostReduceConfig")
+def test_host_reduce_bench_builds_configs_of_the_series():
+    fields = class_fields(PARALLEL_PY, "HostAllReduceConfig")
     bench = script("bench/host_reduce.py")
     for name, config in bench.CHANNELS.items():
-        check_host_reduce(config, fields, f"bench/host_reduce.py {name}")
+        check_host_all_reduce(config, fields, f"bench/host_reduce.py {name}")
     # the kernel mode serves every size, the copy engines every size
     assert bench.CHANNELS["kernel_mode"]["max_bytes"] >= max(bench.SIZES)
     assert bench.CHANNELS["copy_engine_mode"]["copy_engine_max_bytes"] >= max(bench.SIZES)
     source = (ROOT / "bench/host_reduce.py").read_text()
     # vLLM's own class: a field the series adds reaches HostAllReduce at its default
-    assert "SimpleNamespace" not in source and "HostReduceConfig(**CHANNELS" in source
-    rdv = script("bench/host_reduce_rendezvous.py")
-    for on in (True, False):
-        config = rdv.channel_config(on)
-        check_host_reduce(config, fields, "bench/host_reduce_rendezvous.py")
-        assert config["copy_engine_host_rendezvous"] is on
+    assert "SimpleNamespace" not in source and "HostAllReduceConfig(**CHANNELS" in source
 
 
 def test_e2e_arms_set_fields_of_the_series():
     kernel = class_fields(KERNEL_PY, "KernelConfig")
-    host = class_fields(KERNEL_PY, "HostReduceConfig")
+    parallel = class_fields(PARALLEL_PY, "ParallelConfig")
+    host = class_fields(PARALLEL_PY, "HostAllReduceConfig")
     for f in sorted((ROOT / "e2e" / "arms").glob("*.json")):
         arm = json.loads(f.read_text())
         assert set(arm) <= {
             "name",
+            "parallel_config",
             "kernel_config",
             "attention_config",
             "compilation_config",
@@ -111,21 +109,11 @@ def test_e2e_arms_set_fields_of_the_series():
         assert set(arm.get("engine_args", {})) <= DBO_ARGS, f.name
         config = arm["kernel_config"]
         assert set(config) <= kernel, f"{f.name}: {sorted(set(config) - kernel)}"
-        check_host_reduce(config.get("host_reduce", {}), host, f.name)
-
-
-def test_rendezvous_bench_document_validates():
-    rdv = script("bench/host_reduce_rendezvous.py")
-    timing = {"gpu_ms_per_call": 1.0, "host_ms_per_call": 0.5, "gpu_ms_all": [], "host_ms_all": []}
-    slower = dict(timing, gpu_ms_per_call=1.1)
-    row = {"bytes": 8192000}
-    for case in rdv.CASES:
-        row[f"{case}.rendezvous"], row[f"{case}.no_rendezvous"] = slower, timing
-    doc = rdv.document([row], [row], {"calls": 50, "skew_us": 200.0}, H200X2, SERIES)
-    assert results.validate(doc) == []
-    fig = doc["figures"]["8192000B.beside_gemm.gpu_ms_per_call.rendezvous_cost_pct"]
-    assert fig["value"] == pytest.approx(10.0)
-    assert doc["series"] == SERIES and doc["machine"] == H200X2
+        engine = arm.get("parallel_config", {})
+        assert set(engine) <= parallel, f"{f.name}: {sorted(set(engine) - parallel)}"
+        check_host_all_reduce(engine.get("host_all_reduce_config", {}), host, f.name)
+        if engine.get("host_all_reduce_config"):
+            assert engine.get("enable_host_all_reduce"), f"{f.name}: settings of an off switch"
 
 
 # --- gpu/two_gpu.sh ----------------------------------------------------------------

@@ -395,7 +395,13 @@ def e2e(ev: Evidence) -> str:
     ]
     rows = []
     for arm in sorted(arms, key=lambda a: (a != "reference", a)):
-        cfg = json.dumps((configs.get(arm) or {}).get("kernel_config") or {}, sort_keys=True)
+        conf = configs.get(arm) or {}
+        # The engine arguments of the arm: the host all-reduce's (parallel_config,
+        # kernel_config.host_reduce in runs before it moved) and kernel_config's.
+        cfg = json.dumps(
+            {**(conf.get("parallel_config") or {}), **(conf.get("kernel_config") or {})},
+            sort_keys=True,
+        )
 
         def v(what: str, unit: str, arm: str = arm) -> str:
             f = run.figure(f"{arm}.{what}")
