@@ -25,8 +25,10 @@ set -euo pipefail
 # meanwhile: they run alone, in the bench call. TEST_GLOBS, longest first: the
 # rest, side by side (JOBS at a time), beside the smoke and serve runs.
 ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
-TEST_GLOBS="tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_sm7x_*.py
+TEST_GLOBS="tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_dequant_fp16.py
+  tests/kernels/quantization/test_nvfp4_marlin_dequant.py
   tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
+  tests/v1/worker/test_dbo_tensor_parallel.py
   tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"
 JOBS=${JOBS:-4}
 # The smoke and serve runs' attention backend (TRITON_TURING_ATTN serves only
@@ -34,8 +36,8 @@ JOBS=${JOBS:-4}
 # tests cover the Turing route with SM75 reported), their share of the GPU's
 # memory at startup, and a KV cache of a fixed size (no memory profiling, so
 # that the tests beside them cannot upset it). The series' settings of the
-# serve run (a Turing pair's, less TP=2) are gpu/serve.py's KERNEL_CONFIG and
-# ATTENTION_CONFIG.
+# serve run (a Turing pair's, less what needs two ranks or an SM75 GPU) are
+# gpu/serve.py's ENGINE.
 ATTENTION_BACKEND=TRITON_ATTN
 GPU_SHARE=0.25
 KV_CACHE_BYTES=4294967296
