@@ -674,7 +674,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     assert "bench_prefill_attention_033_h200.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
-    assert "bench_prefill_variants_033_h200.json" in shapes
+    assert "bench_prefill_variants_033_h200_options.json" in shapes
     rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
@@ -683,19 +683,21 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
-    rows, each in a table under its own file's caption; the rest stay."""
+    rows; a later sweep of every head dim replaces them all: the options
+    sweep (every head dim, after the full sweep and the head-dim-256 one) is
+    the one table, the earlier files are not cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
-    full, partial = (
+    newest, full, partial = (
+        "bench_prefill_variants_033_h200_options.json",
         "bench_prefill_variants_033_h200.json",
         "bench_prefill_variants_033_h200_hd256_s2.json",
     )
-    assert full in shapes and partial in shapes
-    _, first, second = shapes.split("| head dim | shape |")  # a table each
-    assert full in first and partial in second
-    assert "| 128 |" in first and "| 256 |" not in first
-    assert "| 256 |" in second and "| 128 |" not in second
-    assert "hd256.w8m1k16c1.s2" in second
+    assert newest in shapes and full not in shapes and partial not in shapes
+    assert len(shapes.split("| head dim | shape |")) == 2  # one table
+    for hd in (64, 128, 256):
+        assert f"| {hd} |" in shapes
+    assert "hd256.w8m1k16c1.s2" in shapes
 
 
 # --- text citing a one-GPU run ----------------------------------------------------
