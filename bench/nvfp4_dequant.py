@@ -278,9 +278,13 @@ def main() -> int:
             t = time_events(launch, a.reps, a.warmup, flush)
             t["gbps"] = nbytes / (t["median_ms"] * 1e-3) / 1e9
             t["fraction_of_copy_bandwidth"] = t["gbps"] / copy["gbps"]
+            got = launch()
             t["bit_identical_to_default_tile"] = bool(
-                torch.equal(launch().view(torch.int16), ref.view(torch.int16))
+                torch.equal(got.view(torch.int16), ref.view(torch.int16))
             )
+            # Upstream's emulation rounds on its own way (not a tile of this
+            # kernel): how far it is, not whether it is identical.
+            t["max_abs_diff_vs_default_tile"] = (got.float() - ref.float()).abs().max().item()
             layout, _, tile = arm.partition(".g")
             rows.append(
                 {
@@ -316,7 +320,12 @@ def main() -> int:
                 f"{shape:11s} {arm:10s}: "
                 f"{t['median_ms'] * 1e3:8.1f} us {t['gbps']:7.0f} GB/s "
                 f"({100 * t['fraction_of_copy_bandwidth']:.0f} % of copy)"
-                + ("" if t["bit_identical_to_default_tile"] else "  NOT IDENTICAL"),
+                + (
+                    ""
+                    if t["bit_identical_to_default_tile"]
+                    else f"  max |diff| {t['max_abs_diff_vs_default_tile']:.3g}"
+                    + ("" if layout == "emulation" else "  NOT IDENTICAL")
+                ),
                 flush=True,
             )
         figures[f"{shape}.marlin.default_tile.fraction_of_copy_bandwidth"] = dict(
@@ -324,8 +333,12 @@ def main() -> int:
             label=f"{shape}, marlin layout, this device's default tile "
             f"({default_groups} groups per program), of the copy bandwidth",
         )
-        # Positive normal scales: both layouts hold the same weight.
-        layouts_agree[shape] = rows[-1]["bit_identical_to_default_tile"]
+        # Every tile of this kernel gives the same bits.
+        layouts_agree[shape] = all(
+            r["bit_identical_to_default_tile"]
+            for r in rows
+            if r["shape"] == shape and r["kernel"] == "this"
+        )
         # GEMMs on the same weights: dequantization + cuBLAS against Marlin.
         gemm_rows += gemm_sweep(
             layer, marlin_args, checkpoint_args, out, default_groups, a, flush, figures
@@ -374,7 +387,7 @@ def main() -> int:
     )
     results.write(a.out, doc)
     print(f"wrote {a.out}")
-    ok = all(r["bit_identical_to_default_tile"] for r in rows) and all(layouts_agree.values())
+    ok = all(layouts_agree.values())
     return 0 if ok else 1
 
 

@@ -296,8 +296,15 @@ def cuda_root(nvcc: str) -> Path:
 
 
 # The module's init: the bindings register their ops when the library loads;
-# Python's import needs PyInit_<module> (vLLM's csrc/core/registration.h).
-_MODULE_INIT = '#include "core/registration.h"\nREGISTER_EXTENSION({module})\n'
+# Python's import needs PyInit_<module>. What vLLM's REGISTER_EXTENSION
+# (csrc/core/registration.h) expands to, written out: the GPU machine's tree
+# and a wheel's build carry csrc/sm7x alone.
+_MODULE_INIT = """#include <Python.h>
+PyMODINIT_FUNC PyInit_{module}() {{
+  static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{module}", nullptr, 0, nullptr}};
+  return PyModule_Create(&def);
+}}
+"""
 
 
 def link_extension(tree: Path, objects: list[Path], out: Path, nvcc: str) -> Path:
