@@ -197,8 +197,7 @@ def main() -> int:
         type=int,
         nargs="*",
         default=list(TURING_SMS),
-        help="SM counts to time the longest context on as well (a green context each); "
-        "none: skip",
+        help="SM counts to time the longest context on as well (a green context each); none: skip",
     )
     a = ap.parse_args()
 

@@ -113,6 +113,7 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
     if not commits:
         log("docs: no patch touches the reference's sources")
         return []
+
     def subject(c: str) -> str:
         return git.git(tree, "log", "-1", "--format=%s", c).strip()
 
@@ -142,8 +143,8 @@ def amend(tree: Path, base: str, log=print) -> list[str]:
         raise failed("docs: regenerating along the series", proc)
     after = stale_commits(tree, base)
     changed = [subject(c) for c in after if before.get(subject(c)) != tree_of(c)]
-    for subject in changed:
-        log(f'docs: regenerated {OUTPUT} in "{subject}"')
+    for name in changed:
+        log(f'docs: regenerated {OUTPUT} in "{name}"')
     if not changed:
         log(f"docs: {OUTPUT} is current at every patch")
     return changed
