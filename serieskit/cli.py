@@ -129,7 +129,9 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
         state = State.load(t)
         if state.base and (head := git.rev(tree, "HEAD")):
             ran = results.series_block(tree, state.base, head, state.base_label or "?")
-            (t.out("test-results") / runner.RAN).write_text(json.dumps(ran, indent=2) + "\n")
+            ran_file = t.out("test-results") / runner.RAN
+            ran_file.parent.mkdir(parents=True, exist_ok=True)
+            ran_file.write_text(json.dumps(ran, indent=2) + "\n")
         if rc:
             dest = t.out("pr") / "coverage" / f"{slug}.json"
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import cli, git, status
-from serieskit.build import build, overlay
+from serieskit.build import build, overlay, recipe
 from serieskit.checks import runner
 from serieskit.errors import ToolkitError
 from serieskit.pr import branches
@@ -561,10 +561,11 @@ def test_build_test_and_overlay_take_the_ports_tree_and_folders(pinport, monkeyp
         "test": (port.work, pin.root / ".work" / f"test-results-{PORT}"),
     }
     port.out("build").mkdir()
-    (port.out("build") / "_sm7x_C.abi3.so").write_text("module")
+    module = f"{recipe.native().module}.abi3.so"
+    (port.out("build") / module).write_text("module")
     overlay.session(port, log=quiet)
     dest = pin.root / "overlays" / f"vllm-{PORT}" / "vllm"
-    assert (dest / "_sm7x_C.abi3.so").read_text() == "module"
+    assert (dest / module).read_text() == "module"
     assert "return 100\n" in (dest / "utils.py").read_text()
     assert cli.port_of(["--port", PORT]) == PORT == cli.port_of([f"--port={PORT}"])
 

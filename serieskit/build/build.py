@@ -1,5 +1,6 @@
-"""Build the series' native code (``csrc/sm7x/``) for sm_70 / sm_75, and link
-it into a module of its own for a released vLLM wheel.
+"""Build the series' native code (``csrc/sm7x/``) for sm_70 / sm_75.
+
+``--link`` also links it into a module of its own for a released vLLM wheel.
 
 The sources live in the patched tree under ``csrc/sm7x/`` (the convention is
 in that folder's README): ``*.cu`` files hold kernels and launchers without

@@ -1,18 +1,11 @@
-"""PYTHONPATH overlays, and what a GPU machine without network needs to run them.
+"""PYTHONPATH overlays, the GPU machine's loads, and the plan of a sitting.
 
-An overlay is the patched Python tree (``vllm/`` of the work tree) plus the
-series' built native module, placed in front of a released vLLM wheel of the
-same version: the way the seed ran its A/B without a full rebuild.
-
-``pack_gpu`` prepares the loads for a GPU machine that has torch but no
-network and takes at most 64 MiB per run: part1 is the wheel's compiled core
-module (it must arrive in a first run and wait in /tmp; where it is larger
-than one run takes, in pieces: part1, part1-2, ..., one run each), ``wheels``
-the wheels that machine lacks (they too wait in /tmp: ``wheels``,
-``wheels-2``, ... where they need more than one run), part2 the rest (the
-overlay, the FA3 package vLLM's model inspection imports, the released
-wheel's dist-info), as overlays/gpu.toml lists them.
-``gpu/stage1.sh`` and ``stage2.sh`` unpack them there.
+An overlay is the patched ``vllm/`` and the series' module laid in front of a
+released wheel of the same version. ``pack_gpu`` writes what a GPU machine
+without network needs, in runs of at most 64 MiB (overlays/gpu.toml): part1
+the wheel's core module (in pieces: part1, part1-2, ...), ``wheels`` the
+wheels it lacks, part2 the rest; gpu/stage1.sh and stage2.sh unpack them.
+``plan`` and ``collect`` are ``nox -s evidence``'s (docs/gpu-evidence.md).
 """
 
 from __future__ import annotations
@@ -272,16 +265,11 @@ CALL_BYTES = 64 * 2**20  # what one device call carries, the working tree includ
 MARGIN = 2**19  # kept free in every call
 WARM_S = 30  # the machine is kept this long after a call
 SITTING_S = 15 * 60  # the GPU time a sitting may take from a cold machine, staging included
-# Before a sitting has been measured (results/sitting_*.json), the seconds
-# each step is expected to take, estimated from the earlier one-H200 runs:
-# bench = assembling (~30 s), the build (36 s when serve_033_h200.json built
-# the wheel) beside the NVFP4 benchmark (~60 s, not recorded), the attention
-# benchmark and crossover (~35 and ~40 s: their files' times after the tests
-# they followed) and test_triton_turing_attn.py alone (211 s in
-# series_gpu_tests_033_backend_nvfp4_h200.json); tests = the batch's longest
-# file, test_host_reduce.py (333 s alone in
-# series_gpu_tests_033_host_reduce_h200.json) beside the others, less what ran
-# between the calls; a machine's start "a minute or more".
+# Before a sitting has been measured (results/sitting_*.json), each step's
+# seconds as the earlier one-H200 runs had them (bench: assembling, the build
+# beside the NVFP4 benchmark, the attention benchmark and crossover and
+# test_triton_turing_attn.py alone; tests: test_host_reduce.py, the longest
+# file, beside the others; a machine's start "a minute or more").
 EXPECTED_S = {"start": 90, "stage": 20, "bench": 380, "tests": 330}
 # What gpu/evidence.sh writes on the machine -> the stem of its results file.
 RETURNED = {
