@@ -233,12 +233,16 @@ def _your_staged_edit(*argv: str) -> Callable:
 
     def recover(call, root, facts):
         repo = work(root)
-        assert any((repo / ".git" / d).is_dir() for d in ("rebase-apply", "rebase-merge"))
+        # Where git died depends on the sizes of what it writes (paths among
+        # them): if it died before its am or rebase began, the rerun meets a
+        # staged edit on a work tree with nothing in progress, and refuses it
+        # all the same.
+        began = any((repo / ".git" / d).is_dir() for d in ("rebase-apply", "rebase-merge"))
         for lock in (repo / ".git").rglob("*.lock"):
             lock.unlink()
         (repo / "setup.py").write_text(MY_EDIT)
         g(repo, "add", "setup.py")
-        error_line(call(*argv), "setup.py", "stash")
+        error_line(call(*argv), *(("setup.py", "stash") if began else ("stash",)))
         assert g(repo, "show", ":setup.py") == MY_EDIT
         assert (repo / "setup.py").read_text() == MY_EDIT
         g(repo, "stash")
@@ -543,9 +547,6 @@ KILLS = [
     ("docs", "in-git-rebase", "KILL", True, 80),
     ("docs", "git-format-patch", "TERM", False, None),
     ("docs", "write#2", "INT", False, None),
-    # 500 B: git dies inside the rebase it began whatever the checkout's path
-    # (the todo's exec line names the interpreter; at 80 B or 200 B, a longer
-    # path made git die before the rebase began, and recover says so).
     ("docs, your staged edit", "in-git-rebase", "KILL", True, 500),
     ("carry", "carry.pin-side", "KILL", False, None),
     ("carry", "git-am", "KILL", True, None),
