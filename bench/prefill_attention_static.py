@@ -55,7 +55,8 @@ LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(
 def traits_of(function: str) -> tuple[int | str, ...] | None:
     """The traits in a kernel's mangled name: seven numbers, then a tag for
     each later parameter that is not its default ("s2": two sets of S
-    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop). So
+    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop, "u2":
+    two steps per key tile). So
     the same shape has the same traits in every revision."""
     m = TRAITS.search(function)
     if not m:
@@ -67,8 +68,10 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
             extra += ["ov"] if value == "1" else []
         elif i == 0:
             extra += [f"s{value}"] if value != "1" else []
-        elif i == 1:
+        elif i == 1 and kind == "b":  # the ping-pong, measured and dropped
             extra += ["pp"] if value == "1" else []
+        elif i == 1:
+            extra += [f"u{value}"] if value != "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 
