@@ -52,12 +52,14 @@ TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
 
 
-def traits_of(function: str) -> tuple[int | str, ...] | None:
+def traits_of(function: str, ninth: str = "lz") -> tuple[int | str, ...] | None:
     """The traits in a kernel's mangled name: seven numbers, then a tag for
     each later parameter that is not its default ("s2": two sets of S
-    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop, "u2":
-    two steps per key tile). So
-    the same shape has the same traits in every revision."""
+    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop, "lz":
+    the softmax's lazy max). So the same shape has the same traits in every
+    revision: ``ninth`` names the ninth (a flag), the lazy max from
+    2026-12-02 on, the ping-pong in the sweeps before (measured slower,
+    dropped)."""
     m = TRAITS.search(function)
     if not m:
         return None
@@ -68,10 +70,12 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
             extra += ["ov"] if value == "1" else []
         elif i == 0:
             extra += [f"s{value}"] if value != "1" else []
-        elif i == 1 and kind == "b":  # the ping-pong, measured and dropped
-            extra += ["pp"] if value == "1" else []
-        elif i == 1:
+        elif i == 1 and kind == "b":
+            extra += [ninth] if value == "1" else []
+        elif i == 1:  # steps per tile, swept before the lazy max (dropped)
             extra += [f"u{value}"] if value != "1" else []
+        elif i == 2:  # the lazy max, after them
+            extra += ["lz"] if value == "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 

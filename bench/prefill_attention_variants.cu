@@ -21,26 +21,24 @@ namespace vllm::sm7x {
 namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-// SM, shared lookups, XOR addressing[, score accumulator sets[, steps per
-// tile]]>. The shipped traits come first per head dim; the rest are the
-// shapes that fit a Turing SM beside them: other warps x row tiles and key
-// tiles, tiles of two or four steps (a barrier per tile at a step's
-// registers), two sets of S accumulators where a warp has two, and the
-// shapes each head dim shipped before.
+// SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max]]>.
+// The shipped traits come first per head dim; the rest are the shapes that
+// fit a Turing SM beside them: the previous revision's (32-key tiles at head
+// dim 64), the lazy max where a head dim ships without it and the full update
+// where it ships with it, the single set of S accumulators at head dim 256,
+// and 32-key tiles there (which spill).
 #define SM75_VARIANTS(X)                                  \
   X(Hd64)                                                 \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true>)           \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, 2>)     \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, 4>)     \
-  X(PrefillTraits<64, 8, 1, 64, 2, true, true, 1, 2>)     \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true>)           \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)  \
   X(Hd128)                                                \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true, 1, 2>)    \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true, 1, true>) \
   X(PrefillTraits<128, 4, 2, 16, 2, true, true>)          \
-  X(PrefillTraits<128, 4, 2, 32, 2, true, true, 1, 2>)    \
   X(Hd256)                                                \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>) \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true>)          \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, true, 1, 2>)    \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, true, 2, 2>)
+  X(PrefillTraits<256, 8, 1, 32, 1, true, true>)
 
 template <class T>
 struct Variant {
@@ -103,9 +101,8 @@ struct Variant {
 
 struct Entry {
   const char* traits;
-  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
-      sub_tiles;
-  bool shared_lookups, xor_addressing, shipped;
+  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets;
+  bool lazy_max, shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
   cudaError_t (*auto_splits)(const PagedPrefillAttentionParams&, int*);
@@ -120,7 +117,7 @@ struct Entry {
         __VA_ARGS__::kMinCtasPerSm,        \
         __VA_ARGS__::kSmemBytes,           \
         __VA_ARGS__::kScoreSets,           \
-        __VA_ARGS__::kSubTiles,            \
+        __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
         Variant<__VA_ARGS__>::shipped(),   \
@@ -144,7 +141,7 @@ int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
-// 1), dynamic shared bytes per CTA, S accumulator sets, steps per tile;
+// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1);
 // -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
@@ -159,7 +156,7 @@ int sm75v_shape(int i, int* out) {
   out[7] = e.shipped ? 1 : 0;
   out[8] = e.smem_bytes;
   out[9] = e.score_sets;
-  out[10] = e.sub_tiles;
+  out[10] = e.lazy_max ? 1 : 0;
   return 0;
 }
 

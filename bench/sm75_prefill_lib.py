@@ -72,15 +72,16 @@ TRAITS_KEYS = (
 
 def traits_key(shape: dict) -> tuple:
     """A shape of :func:`variants` (or of an older sweep's results file,
-    which may name the ping-pong, measured slower and dropped on 2026-12-02)
-    as prefill_attention_static.traits_of reads it from the kernel's name:
-    the later options only where not their defaults."""
+    which may name the ping-pong or steps per tile, both measured slower and
+    dropped on 2026-12-02) as prefill_attention_static.traits_of reads it
+    from the kernel's name: the later options only where not their defaults."""
     sets, steps = shape.get("score_sets", 1), shape.get("sub_tiles", 1)
     return (
         tuple(int(shape[k]) for k in TRAITS_KEYS)
         + ((f"s{sets}",) if sets > 1 else ())
         + (("pp",) if shape.get("ping_pong") else ())
         + ((f"u{steps}",) if steps > 1 else ())
+        + (("lz",) if shape.get("lazy_max") else ())
     )
 
 
@@ -187,19 +188,19 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     for i in range(lib.sm75v_count()):
         s = (ctypes.c_int * 11)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, steps = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy = list(s)
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the S accumulator
-                # sets and steps per tile where there are more than one:
+                # sets where there are more than one, the lazy max where on:
                 # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2,
-                # hd64.w4m2k64c2.u2.
+                # hd64.w4m2k64c2.lz.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + ("" if sets == 1 else f".s{sets}")
-                + ("" if steps == 1 else f".u{steps}"),
+                + (".lz" if lazy else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -211,7 +212,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "shipped": bool(shipped),
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
-                "sub_tiles": steps,
+                "lazy_max": bool(lazy),
             }
         )
     return out
