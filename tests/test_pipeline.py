@@ -460,3 +460,13 @@ def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(
     assert run == (f"{env_bin}/python", "-m", "serieskit", "test")
     assert session.kws[0]["silent"] is False  # pip's own lines are the progress
     assert session.kws[1]["env"]["VIRTUAL_ENV"] == str(Path(env_bin).parent)
+
+
+def test_the_toolkit_tests_leave_only_failed_tests_folders():
+    """Tests that apply the real sdist leave about 150 MB each in tmp_path:
+    pytest removes a passing test's (1.4 GB a run otherwise, kept for three
+    runs under $TMPDIR; issue 39)."""
+    import tomllib
+
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert settings["ini_options"]["tmp_path_retention_policy"] == "failed"
