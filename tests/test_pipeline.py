@@ -457,6 +457,7 @@ def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(
     install, run = session.ran
     assert install[:4] == (f"{env_bin}/python", "-m", "pip", "install") and "torch==9.9" in install
     assert "--no-compile" in install  # pip's byte-compiling was half the install
+    assert "--no-cache-dir" in install  # torch's 3 GB of wheels not kept twice
     assert run == (f"{env_bin}/python", "-m", "serieskit", "test")
     assert session.kws[0]["silent"] is False  # pip's own lines are the progress
     assert session.kws[1]["env"]["VIRTUAL_ENV"] == str(Path(env_bin).parent)
