@@ -371,6 +371,36 @@ def _gb(size: object) -> str:
     return f"{float(size) / 1e9:.1f} GB" if isinstance(size, int | float) else "not recorded"
 
 
+def _bytes(size: object) -> str:
+    """A place's size: GB from 0.1 GB, MB below, "none" for an empty one
+    (counted, and nothing there)."""
+    if not isinstance(size, int | float) or size >= 1e8:
+        return _gb(size)
+    return "none" if size == 0 else f"{size / 1e6:.0f} MB" if size >= 1e6 else "under 1 MB"
+
+
+def _disk(run: Run) -> str:
+    """Each place's bytes after the run and their sum; the largest sum the
+    run's samples saw at once, where it was sampled."""
+    disk = run.doc.get("disk") or {}
+    words = ", ".join(f"`{k}` {_bytes(v)}" for k, v in disk.items())
+    if len(disk) > 1:
+        words += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
+    peak = run.doc.get("disk_peak")
+    if isinstance(peak, dict) and isinstance(peak.get("total"), int | float):
+        most = max(
+            ((k, v) for k, v in (peak.get("places") or {}).items() if k not in disk or v > disk[k]),
+            key=lambda kv: kv[1] - disk.get(kv[0], 0),
+            default=None,
+        )
+        over = f"; `{most[0]}` then {_bytes(most[1])}" if most else ""
+        words += (
+            f"; at most {_gb(peak['total'])} at once during the run (sampled every "
+            f"{peak.get('every_s', 10)} s{over})"
+        )
+    return words
+
+
 def _loaded(ev: Evidence) -> list[str]:
     """Per command timed on a machine shared with other work
     (``ci/time-command.sh``, kind ``timing``): how long it took, as a range
@@ -385,10 +415,7 @@ def _loaded(ev: Evidence) -> list[str]:
         lows = [float((r.doc.get("load") or {}).get("min") or 0) for r in runs]
         highs = [float((r.doc.get("load") or {}).get("max") or 0) for r in runs]
         cores = runs[-1].doc.get("cores") or "several"
-        disk = runs[-1].doc.get("disk") or {}
-        left = ", ".join(f"`{k}` {_gb(v)}" for k, v in disk.items())
-        if len(disk) > 1:
-            left += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
+        left = ("the last run's " if len(runs) > 1 else "") + f"disk afterwards: {_disk(runs[-1])}"
         short = command.replace("python3 -m ", "")
         starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
         slow = [r for r in runs if str(r.doc.get("outcome", "passed")) != "passed"]
@@ -399,7 +426,7 @@ def _loaded(ev: Evidence) -> list[str]:
             f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
             f"{max(highs):.1f}: `{short}` took {span} "
             f"({'one run' if len(runs) == 1 else f'{len(runs)} runs'}, from {starts}"
-            f"; disk afterwards: {left}); " + "; ".join(r.caption() for r in runs) + "."
+            f"; {left}); " + "; ".join(r.caption() for r in runs) + "."
         )
     return out
 
