@@ -376,10 +376,12 @@ def test_a_timing_with_disk_samples_gives_every_place_and_the_peak(root, tmp_pat
     assert results.validate(doc) == []
     text = blocks.commands_timing(evidence.Evidence(root))
     assert (
-        "disk afterwards: `.nox` 6.2 GB, `.work` 0.2 GB, `dist` none, `~/.cache/vllm-series` "
-        "0.8 GB, `~/.cache/virtualenv` 13 MB, `TMPDIR` none: 7.3 GB in all; at most 8.5 GB at "
-        "once during the run (sampled every 10 s; `TMPDIR` then 0.9 GB))" in text
-    )
+        "(one run, from a fresh clone); `results/timing_ci_2026-12-02.json`: CPU run (no GPU, 2 "
+        "cores shared with other work), 2026-12-02. Its disk, in the run from a fresh clone, "
+        "`results/timing_ci_2026-12-02.json`: at most 8.5 GB at once (sampled every 10 s; then "
+        "`TMPDIR` 0.9 GB, `dist` 0.3 GB); afterwards `.nox` 6.2 GB, `.work` 0.2 GB, `dist` none, "
+        "`~/.cache/vllm-series` 0.8 GB, `~/.cache/virtualenv` 13 MB, `TMPDIR` none: 7.3 GB in all."
+    ) in text
 
 
 def test_a_second_run_of_a_day_gets_a_file_of_its_own(root, tmp_path):
@@ -394,6 +396,7 @@ def test_a_second_run_of_a_day_gets_a_file_of_its_own(root, tmp_path):
     assert json.loads(first.read_text())["total_s"] == 900.0
     text = blocks.commands_timing(evidence.Evidence(root))
     assert "took 11 min 40 s to 15 min 0 s (2 runs, from a fresh clone; the last run's disk" in text
+    assert "afterwards: `.nox` 6.2 GB, `.work` 0.8 GB" in text  # the second run's du.txt
 
 
 def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
