@@ -53,10 +53,14 @@ def _install(
     byte-compiling of every module (--no-compile): it was half of their install
     time here, while the tests import a small part of torch and its
     dependencies, compiled on first import and kept (under .work/pycache where
-    PYTHONDONTWRITEBYTECODE is set: serieskit/checks/runner.py, bytecode_env)."""
+    PYTHONDONTWRITEBYTECODE is set: serieskit/checks/runner.py, bytecode_env).
+    They also keep nothing in pip's cache (--no-cache-dir): downloaded from
+    PyPI, torch's wheels and its CUDA libraries' are about 3 GB, kept there a
+    second time beside the environment that nox reuses."""
     took = " (minutes on a first run: torch and its CUDA libraries are large)"
     session.log(f"installing {what}: {' '.join(requirements)}" + (took if large else ""))
-    session.install(*(["--no-compile"] if large else []), *requirements, silent=False)
+    large_only = ["--no-compile", "--no-cache-dir"] if large else []
+    session.install(*large_only, *requirements, silent=False)
 
 
 def _toolkit(session: nox.Session, command: str) -> None:

@@ -174,3 +174,13 @@ def test_a_download_is_announced_before_it_starts(cache, monkeypatch):
     monkeypatch.setattr(base, "_download", fake_download)
     base.fetch_sdist("0.0.1", sha, log=lines.append)
     assert "once; cached in" in lines[0]
+
+
+def test_a_download_keeps_no_second_copy_in_pips_cache():
+    """The sdist and the released wheel are kept in the toolkit's cache; pip's
+    session, which would keep another copy of each (336 MB for the wheel),
+    has no cache (issue 39)."""
+    from serieskit.series import _pipfetch
+
+    _, options = _pipfetch._finder_and_session()
+    assert options.cache_dir is False

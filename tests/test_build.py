@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -201,3 +203,23 @@ def test_link_builds_an_importable_stable_abi_module(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "42"
+
+
+def test_the_cuda12_compiler_is_installed_without_a_copy_in_pips_cache(tmp_path, monkeypatch):
+    """It is installed once into the toolkit's cache: pip keeps no second
+    copy of its wheels (issue 39)."""
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(tmp_path / "cache"))
+    ran = []
+
+    def fake_run(cmd, **kw):
+        ran.append(cmd)
+        lib = Path(cmd[cmd.index("--target") + 1]) / "nvidia" / "cuda_nvrtc" / "lib"
+        lib.mkdir(parents=True)
+        (lib / "libnvrtc.so.12").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, b"", b"")
+
+    monkeypatch.setattr(build, "_run", fake_run)
+    lib, _ = build.cuda12_toolchain(log=lambda *a: None)
+    assert lib.is_file()
+    (pip,) = ran
+    assert pip[1:4] == ["-m", "pip", "install"] and "--no-cache-dir" in pip

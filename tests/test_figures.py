@@ -352,6 +352,53 @@ def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(
     )
 
 
+def test_a_timing_with_disk_samples_gives_every_place_and_the_peak(root, tmp_path, monkeypatch):
+    """ci/time-command.sh's disk.txt: every place sampled through the run; the
+    block gives each place afterwards (an empty one as none) and the most
+    the run took at once, with the place that held more then (issue 39)."""
+    monkeypatch.setattr(figures.os, "cpu_count", lambda: 2)
+    folder = timed(tmp_path / "a", "python3 -m nox -s ci", 900.0, [2.0, 3.0])
+    (folder / "du.txt").write_text(
+        "6200000000\t.nox\n250000000\t.work\n0\tdist\n"
+        "800000000\t/home/u/.cache/vllm-series\n13000000\t/home/u/.cache/virtualenv\n0\tTMPDIR\n"
+    )
+    (folder / "disk.txt").write_text(
+        "2026-12-02T04:17:00Z\t100 .nox\t0 .work\t0 dist\t0 TMPDIR\n"
+        "2026-12-02T04:27:00Z\t6200000000 .nox\t250000000 .work\t340000000 dist"
+        "\t800000000 /home/u/.cache/vllm-series\t900000000 TMPDIR\n"
+        "2026-12-02T04:28:00Z\t6200000000 .nox\t5 \t0 TMPDIR\n"  # a cut sample line
+    )
+    doc = json.loads(figures.record_timing(root, folder, print).read_text())
+    assert doc["disk"]["dist"] == 0 and doc["disk"]["~/.cache/virtualenv"] == 13000000
+    assert doc["disk_peak"]["total"] == 8490000000 and doc["disk_peak"]["at"].endswith("27:00Z")
+    assert doc["disk_peak"]["places"]["TMPDIR"] == 900000000
+    assert doc["figures"]["disk.peak"]["value"] == 8490000000
+    assert results.validate(doc) == []
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert (
+        "(one run, from a fresh clone); `results/timing_ci_2026-12-02.json`: CPU run (no GPU, 2 "
+        "cores shared with other work), 2026-12-02. Its disk, in the run from a fresh clone, "
+        "`results/timing_ci_2026-12-02.json`: at most 8.5 GB at once (sampled every 10 s; then "
+        "`TMPDIR` 0.9 GB, `dist` 0.3 GB); afterwards `.nox` 6.2 GB, `.work` 0.2 GB, `dist` none, "
+        "`~/.cache/vllm-series` 0.8 GB, `~/.cache/virtualenv` 13 MB, `TMPDIR` none: 7.3 GB in all."
+    ) in text
+
+
+def test_a_second_run_of_a_day_gets_a_file_of_its_own(root, tmp_path):
+    command = "python3 -m nox -s ci"
+    first = figures.record_timing(root, timed(tmp_path / "a", command, 900.0, [2.0]), print)
+    again = figures.record_timing(root, tmp_path / "a", print)  # the same run recorded again
+    assert again == first
+    second = timed(tmp_path / "b", command, 700.0, [1.0])
+    (second / "started").write_text("2026-12-02T09:00:00Z\n")
+    other = figures.record_timing(root, second, print)
+    assert other.name == "timing_ci_2026-12-02_2.json" and first.is_file()
+    assert json.loads(first.read_text())["total_s"] == 900.0
+    text = blocks.commands_timing(evidence.Evidence(root))
+    assert "took 11 min 40 s to 15 min 0 s (2 runs, from a fresh clone; the last run's disk" in text
+    assert "afterwards: `.nox` 6.2 GB, `.work` 0.8 GB" in text  # the second run's du.txt
+
+
 def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
     failed = timed(tmp_path / "f", "python3 -m nox -s ci", 30.0, [1.0], rc=1)
     with pytest.raises(ToolkitError, match=r"the timed command failed \(exit 1"):

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from test_cli import FakeSession, SessionFailed, _load_noxfile
 
+from conftest import commit_file
+from serieskit import git
 from serieskit.checks import pipeline
 from serieskit.errors import ToolkitError
 
@@ -91,7 +93,7 @@ def test_committed_pipeline_runs_what_ci_must():
         "python -m serieskit apply",
         "python -m serieskit export --check",
         "python -m serieskit build",
-        "python -m serieskit wheel --no-module --verify",
+        "python -m serieskit wheel --no-module --verify --dist .work/ci/wheel",
         "python -m serieskit docs --check",
         "python -m serieskit lint",
         "python -m serieskit test",
@@ -198,6 +200,141 @@ def test_the_main_command_is_the_sum_of_its_stages(tmp_path):
         pipeline.load(write(tmp_path, TWO + MAIN.replace('"tests"]', '"lint"]')), INSTALLS)
 
 
+SCRATCH = """
+[[stage]]
+name = "make"
+about = "writes its scratch"
+run = [["make"]]
+budget_s = 10
+scratch = [".work/made", ".work/there", ".work/never"]
+
+[[stage]]
+name = "after"
+about = "reads nothing of it"
+run = [["true"]]
+budget_s = 10
+"""
+
+
+def test_a_stages_scratch_that_this_run_made_is_removed_once_it_passed(tmp_path):
+    """CI leaves behind what the README's commands keep: a stage's scratch
+    goes once the stage passed, said in one line; what was there before the
+    run (a user's, or an earlier command's) stays, and so does a failed
+    stage's (to look at)."""
+    root = write(tmp_path, SCRATCH)
+    (root / ".work" / "there").mkdir(parents=True)
+    (root / ".work" / "there" / "yours").write_text("kept")
+    rec = Recorder()
+
+    def run(fail=None):
+        def command(*args):
+            if args != ("make",):
+                return
+            (root / ".work" / "made").mkdir(parents=True, exist_ok=True)
+            (root / ".work" / "made" / "wheel.whl").write_bytes(b"x" * 2_000_000)
+            if fail:
+                raise RuntimeError("make failed")
+
+        pipeline.run(
+            root,
+            pipeline.load(root, INSTALLS),
+            command=command,
+            install=lambda what: None,
+            posargs=[],
+            log=rec.lines.append,
+            clock=Clock(1, 1),
+            load=lambda: (1.0, 1.0, 1.0),
+        )
+
+    with pytest.raises(RuntimeError, match="make failed"):
+        run(fail=True)
+    assert (root / ".work" / "made" / "wheel.whl").is_file()  # a failed stage's stays
+    assert not any("removed" in line for line in rec.lines)
+    (root / ".work" / "made" / "wheel.whl").unlink()
+    (root / ".work" / "made").rmdir()
+    run()
+    assert not (root / ".work" / "made").exists()
+    assert (root / ".work" / "there" / "yours").read_text() == "kept"
+    assert [line for line in rec.lines if "removed" in line] == [
+        "ci: removed this run's scratch after make: .work/made (2 MB)"
+    ]
+
+
+def test_scratch_in_a_git_worktree_leaves_its_repository_clean(tmp_path):
+    """The lint's checkout is a worktree of .work/vllm: removing it drops its
+    registration too, so the next lint makes it afresh."""
+    root = write(tmp_path / "root", SCRATCH.replace('".work/made", ', '".work/lint", '))
+    repo = root / ".work" / "vllm"
+    repo.mkdir(parents=True)
+    git.git(repo, "init", "-q")
+    commit_file(repo, "a.py", "x = 1\n", "A", "A U Thor <a@example.com>")
+    pipeline.run(
+        root,
+        pipeline.load(root, INSTALLS),
+        command=lambda *a: a == ("make",)
+        and git.detached_worktree(repo, root / ".work" / "lint" / "head", "HEAD"),
+        install=lambda what: None,
+        posargs=[],
+        log=(lines := []).append,
+        clock=Clock(1, 1),
+        load=lambda: (1.0, 1.0, 1.0),
+    )
+    assert not (root / ".work" / "lint").exists()
+    assert "lint" not in git.git(repo, "worktree", "list")
+    assert any(
+        line.startswith("ci: removed this run's scratch after make: .work/lint (") for line in lines
+    )
+
+
+def test_the_ci_wheel_stage_leaves_no_dist_behind(tmp_path):
+    """The committed wheel stage writes its wheel under .work/ and removes it
+    once checked: dist/ is the user's `nox -s wheel`'s (issue 39)."""
+    committed = pipeline.load(REPO, INSTALLS)
+    (stage,) = [s for s in committed.stages if s.name == "wheel"]
+    root = tmp_path
+    made = []
+
+    def command(*args):  # the wheel session, faked: writes where --dist says
+        assert args[:4] == ("python", "-m", "serieskit", "wheel")
+        dist = root / (args[args.index("--dist") + 1] if "--dist" in args else "dist")
+        dist.mkdir(parents=True, exist_ok=True)
+        made.append(dist / "vllm-0.33.0+series.g1.nosm7x-cp38-abi3-manylinux_2_28_x86_64.whl")
+        made[-1].write_bytes(b"PK" * 1000)
+
+    lines: list[str] = []
+    pipeline.run(
+        root,
+        pipeline.Pipeline((stage,), committed.fail_factor),
+        command=command,
+        install=lambda what: None,
+        posargs=[],
+        log=lines.append,
+        clock=Clock(1),
+        load=lambda: (1.0, 1.0, 1.0),
+    )
+    assert made and not made[0].exists()
+    assert not (root / "dist").exists() and not (root / ".work" / "ci" / "wheel").exists()
+    assert "ci: removed this run's scratch after wheel: .work/ci/wheel (0 MB)" in lines
+
+
+def test_committed_scratch_is_what_no_later_stage_reads():
+    p = pipeline.load(REPO, INSTALLS)
+    scratch = {s.name: s.scratch for s in p.stages if s.scratch}
+    assert scratch == {
+        "wheel": (".work/ci/wheel",),
+        "lint": (".work/lint",),
+        "upstream tests": (".work/pycache",),
+    }
+    later = [
+        " ".join(cmd)
+        for s in p.stages[[x.name for x in p.stages].index("upstream tests") + 1 :]
+        for cmd in s.run
+    ]
+    assert later == [
+        "python -m serieskit pr --examples --check"
+    ]  # no tests after the bytecode goes
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
@@ -212,6 +349,9 @@ def test_the_main_command_is_the_sum_of_its_stages(tmp_path):
         ('["echo", "done"]', '"echo done"', r"run is not a list of commands"),
         ('name = "tests"', 'name = "setup"', r"names stage 'setup' twice"),
         ("fail_factor = 2", "fail_factor = 0.5", r"fail_factor is not a number of at least 1"),
+        ("budget_s = 10", 'budget_s = 10\nscratch = ["dist"]', r"scratch is not a list of paths"),
+        ("budget_s = 10", 'budget_s = 10\nscratch = [".work"]', r"under \.work/"),
+        ("budget_s = 10", 'budget_s = 10\nscratch = [".work/../x"]', r"under \.work/"),
     ],
 )
 def test_a_broken_pipeline_is_one_error_naming_it(tmp_path, old, new, message):
@@ -317,6 +457,17 @@ def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(
     install, run = session.ran
     assert install[:4] == (f"{env_bin}/python", "-m", "pip", "install") and "torch==9.9" in install
     assert "--no-compile" in install  # pip's byte-compiling was half the install
+    assert "--no-cache-dir" in install  # torch's 3 GB of wheels not kept twice
     assert run == (f"{env_bin}/python", "-m", "serieskit", "test")
     assert session.kws[0]["silent"] is False  # pip's own lines are the progress
     assert session.kws[1]["env"]["VIRTUAL_ENV"] == str(Path(env_bin).parent)
+
+
+def test_the_toolkit_tests_leave_only_failed_tests_folders():
+    """Tests that apply the real sdist leave about 150 MB each in tmp_path:
+    pytest removes a passing test's (1.4 GB a run otherwise, kept for three
+    runs under $TMPDIR; issue 39)."""
+    import tomllib
+
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert settings["ini_options"]["tmp_path_retention_policy"] == "failed"

@@ -561,3 +561,38 @@ def test_verify_needs_vllms_requirements_here(tmp_path, monkeypatch):
     )
     with pytest.raises(ToolkitError, match="requirements .torch, .... are not installed"):
         wheel_verify.verify_install(tmp_path / "vllm-0.0.1+series.g1-cp38-abi3-linux_x86_64.whl")
+
+
+@pytest.mark.parametrize("dont_write", ["1", None])
+def test_the_install_check_keeps_pythons_no_bytecode_setting(tmp_path, monkeypatch, dont_write):
+    """The check runs isolated (-I), which drops PYTHONDONTWRITEBYTECODE: it
+    passes -B where that is set, else the check would write the bytecode of
+    torch and its dependencies into the shared environment (issue 39)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "torch" else real(name, *a),
+    )
+    if dont_write:
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", dont_write)
+    else:
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    wheel_file = tmp_path / "vllm-0.0.1+series.g1-cp38-abi3-linux_x86_64.whl"
+    ran: list[list[str]] = []
+
+    def fake_run(cmd, what, **kw):  # the environment, pip and the check, faked
+        ran.append(cmd)
+        if what == "asking the new environment":
+            return str(tmp_path / "site") + "\n"
+        if what == "the check in the new environment":
+            return json.dumps({"extension_loaded": False, "ops": ["a"]}) + "\n"
+        if what == "vllm --version":
+            return "0.0.1+series.g1\n"
+        return ""
+
+    (tmp_path / "site").mkdir()
+    monkeypatch.setattr(wheel_verify, "_run", fake_run)
+    wheel_verify.verify_install(wheel_file, log=quiet)
+    (check,) = [c for c in ran if str(wheel_verify.CHECK_SCRIPT) in c]
+    assert check[1] == "-I" and ("-B" in check) == bool(dont_write)

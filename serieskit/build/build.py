@@ -182,6 +182,7 @@ def cuda12_toolchain(log=print) -> tuple[Path, Path]:
                 "install",
                 "-q",
                 "--no-deps",
+                "--no-cache-dir",  # installed here once: no second copy in pip's cache
                 "--target",
                 str(site),
                 *packages,

@@ -80,6 +80,11 @@ def verify_install(wheel: Path, log=print) -> dict:
         # vLLM 0.33.0's CLI builds its parser from a device config that must find
         # a platform: without a GPU only this names one (the released wheel's too).
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        # -I (the check sees only the new environment) also drops
+        # PYTHONDONTWRITEBYTECODE: -B keeps it, else the check would write the
+        # bytecode of torch and its dependencies into the shared environment
+        # (86 MB in a CI run), where the tests keep theirs in .work/pycache.
+        no_bytecode = ["-B"] if env.get("PYTHONDONTWRITEBYTECODE") else []
         t0 = time.perf_counter()
         report = json.loads(
             last_line(
@@ -87,6 +92,7 @@ def verify_install(wheel: Path, log=print) -> dict:
                     [
                         str(py),
                         "-I",
+                        *no_bytecode,
                         str(CHECK_SCRIPT),
                         expected,
                         str(venv),

@@ -371,10 +371,45 @@ def _gb(size: object) -> str:
     return f"{float(size) / 1e9:.1f} GB" if isinstance(size, int | float) else "not recorded"
 
 
+def _bytes(size: object) -> str:
+    """A place's size: GB from 0.1 GB, MB below, "none" for an empty one
+    (counted, and nothing there)."""
+    if not isinstance(size, int | float) or size >= 1e8:
+        return _gb(size)
+    return "none" if size == 0 else f"{size / 1e6:.0f} MB" if size >= 1e6 else "under 1 MB"
+
+
+def _places(run: Run) -> str:
+    """Each place's bytes after the run, and their sum."""
+    disk = run.doc.get("disk") or {}
+    words = ", ".join(f"`{k}` {_bytes(v)}" for k, v in disk.items())
+    if len(disk) > 1:
+        words += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
+    return words
+
+
+def _peak(run: Run) -> str | None:
+    """The largest sum the run's disk samples saw at once, with the places
+    that held more then than afterwards (by 1 MB or more, the most first);
+    None for a run not sampled."""
+    peak = run.doc.get("disk_peak")
+    if not (isinstance(peak, dict) and isinstance(peak.get("total"), int | float)):
+        return None
+    disk = run.doc.get("disk") or {}
+    more = sorted(
+        ((k, v) for k, v in (peak.get("places") or {}).items() if v - disk.get(k, 0) >= 1e6),
+        key=lambda kv: disk.get(kv[0], 0) - kv[1],
+    )
+    then = ("; then " + ", ".join(f"`{k}` {_bytes(v)}" for k, v in more)) if more else ""
+    return f"at most {_gb(peak['total'])} at once (sampled every {peak.get('every_s', 10)} s{then})"
+
+
 def _loaded(ev: Evidence) -> list[str]:
     """Per command timed on a machine shared with other work
     (``ci/time-command.sh``, kind ``timing``): how long it took, as a range
-    over the runs, with the load through them, and the disk it left."""
+    over the runs, with the load through them, and the disk of the last: the
+    most at once and every place afterwards where it was sampled, else what
+    it left."""
     by: dict[str, list[Run]] = {}
     for r in sorted((r for r in ev.runs if r.doc.get("kind") == "timing"), key=lambda r: r.date):
         by.setdefault(str(r.doc.get("command")), []).append(r)
@@ -384,23 +419,29 @@ def _loaded(ev: Evidence) -> list[str]:
         span = duration(took[0]) + (f" to {duration(took[-1])}" if len(took) > 1 else "")
         lows = [float((r.doc.get("load") or {}).get("min") or 0) for r in runs]
         highs = [float((r.doc.get("load") or {}).get("max") or 0) for r in runs]
-        cores = runs[-1].doc.get("cores") or "several"
-        disk = runs[-1].doc.get("disk") or {}
-        left = ", ".join(f"`{k}` {_gb(v)}" for k, v in disk.items())
-        if len(disk) > 1:
-            left += f": {_gb(sum(v for v in disk.values() if isinstance(v, int | float)))} in all"
+        last = runs[-1]
+        cores = last.doc.get("cores") or "several"
+        peak = _peak(last)
+        left = "" if peak else "; " + ("the last run's " if len(runs) > 1 else "")
+        left += "" if peak else f"disk afterwards: {_places(last)}"
         short = command.replace("python3 -m ", "")
         starts = "; ".join(sorted({str(r.doc.get("from") or "state not recorded") for r in runs}))
         slow = [r for r in runs if str(r.doc.get("outcome", "passed")) != "passed"]
         if slow:
             many = f"{len(slow)} of them: " if len(runs) > 1 else ""
             starts += f"; {many}{slow[0].doc['outcome']}"
-        out.append(
+        text = (
             f"On {cores} cores shared with other work, load average {min(lows):.1f} to "
             f"{max(highs):.1f}: `{short}` took {span} "
             f"({'one run' if len(runs) == 1 else f'{len(runs)} runs'}, from {starts}"
-            f"; disk afterwards: {left}); " + "; ".join(r.caption() for r in runs) + "."
+            f"{left}); " + "; ".join(r.caption() for r in runs) + "."
         )
+        if peak:
+            text += (
+                f" Its disk, in the run from {last.doc.get('from') or 'a state not recorded'}, "
+                f"`results/{last.name}`: {peak}; afterwards {_places(last)}."
+            )
+        out.append(text)
     return out
 
 

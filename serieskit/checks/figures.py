@@ -289,16 +289,66 @@ def _loads(text: str) -> list[list]:
     return out
 
 
+def _place(path: str) -> str:
+    """A place as the record names it: a cache under a home folder from
+    ``~`` (the same on every machine), anything else as written."""
+    home, _, rest = path.strip().partition("/.cache/")
+    return f"~/.cache/{rest}" if rest and home else path.strip()
+
+
 def _sizes(text: str) -> dict[str, int]:
-    """``du -sb`` lines: path -> bytes; a cache under a home folder is named
-    from ``~`` (the same on every machine)."""
+    """``du -sb`` lines (``BYTES<TAB>PLACE``): place -> bytes."""
     out = {}
     for line in text.splitlines():
         size, _, path = line.partition("\t")
         if size.strip().isdigit():
-            home, _, rest = path.strip().partition("/.cache/")
-            out[f"~/.cache/{rest}" if rest and home else path.strip()] = int(size)
+            out[_place(path)] = int(size)
     return out
+
+
+def _disk_samples(text: str) -> list[tuple[str, dict[str, int]]]:
+    """disk.txt: per line the time, then ``BYTES PLACE`` per place
+    (tab-separated); a field without a place is skipped."""
+    out = []
+    for line in text.splitlines():
+        time_, *fields = line.split("\t")
+        sizes = {}
+        for field in fields:
+            size, _, path = field.partition(" ")
+            if size.isdigit() and path.strip():
+                sizes[_place(path)] = int(size)
+        if sizes:
+            out.append((time_.strip(), sizes))
+    return out
+
+
+def _peak(folder: Path) -> dict | None:
+    """The largest total of the disk samples (``ci/time-command.sh``'s
+    disk.txt, a sample every 10 s), with each place's bytes then; None for a
+    run timed without them."""
+    path = folder / "disk.txt"
+    samples = _disk_samples(path.read_text()) if path.is_file() else []
+    if not samples:
+        return None
+    at, places = max(samples, key=lambda s: sum(s[1].values()))
+    return {
+        "total": sum(places.values()),
+        "at": at,
+        "places": places,
+        "every_s": 10,
+        "samples": [[t, sum(p.values())] for t, p in samples],
+    }
+
+
+def _dest(root: Path, slug: str, started: str) -> Path:
+    """results/timing_<command>_<date>.json; a second run of one day gets
+    ``_2`` (and so on): a file of another run is never written over, the
+    same run's is (recorded again)."""
+    n, dest = 1, root / RESULTS / f"timing_{slug}_{started[:10]}.json"
+    while dest.is_file() and json.loads(dest.read_text()).get("started") != started:
+        n += 1
+        dest = root / RESULTS / f"timing_{slug}_{started[:10]}_{n}.json"
+    return dest
 
 
 def _only_slow(folder: Path) -> bool:
@@ -342,6 +392,7 @@ def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print
         "label": f"CPU run (no GPU, {cores} cores shared with other work)",
     }
     sizes = _sizes(read["du.txt"])
+    peak = _peak(folder)
     figures = {
         "total_s": results.figure(total, "s", read["command"], "total_s"),
         "load.min": results.figure(min(levels), "", "1-minute load average, lowest", "load.min"),
@@ -350,6 +401,10 @@ def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print
     for name, size in sizes.items():
         key = re.sub(r"[^\w-]+", "_", name).strip("_")
         figures[f"disk.{key}"] = results.figure(size, "B", f"{name} afterwards", f"disk['{name}']")
+    if peak:
+        figures["disk.peak"] = results.figure(
+            peak["total"], "B", "every place at once, the largest sample", "disk_peak.total"
+        )
     body = {
         "command": read["command"],
         "from": read["note"],
@@ -360,6 +415,7 @@ def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print
         "total_s": total,
         "load": {"min": min(levels), "max": max(levels), "every_s": 5, "samples": loads},
         "disk": sizes,
+        **({"disk_peak": peak} if peak else {}),
         "source": "ci/time-command.sh's files, recorded by figures --record-timing",
         "host": {"python": platform.python_version(), "platform": platform.platform()},
     }
@@ -372,7 +428,7 @@ def record_timing(root: Path, folder: Path, log: Callable[[str], object] = print
         date=read["started"],
     )
     slug = re.sub(r"[^a-z0-9]+", "_", read["command"].split(" -s ", 1)[-1].lower()).strip("_")
-    dest = root / RESULTS / f"timing_{slug}_{read['started'][:10]}.json"
+    dest = _dest(root, slug, read["started"])
     results.write(dest, doc)
     log(f"figures: {dest.relative_to(root)} written from {folder}")
     return dest

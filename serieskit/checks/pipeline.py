@@ -10,6 +10,12 @@ load, and the README's main command as the sum of the stages it consists
 of (``[main_command]``). A stage over its budget is a warning; over
 ``fail_factor`` times its budget it fails CI, as does a failing command
 (the summary is printed either way).
+
+A stage may name its ``scratch``: paths it writes that no later stage
+reads (the wheel it checked, the lint's checkout, the tests' bytecode).
+Once the stage has passed, each one that was not there when the run began
+(so never a user's, nor what an earlier command left) is removed, in one log
+line with its size, so that a clean machine holds what CI needs and no more.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import time
 import tomllib
@@ -25,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from serieskit import git
 from serieskit.errors import ToolkitError
 from serieskit.state import WORK
 
@@ -41,6 +49,7 @@ class Stage:
     budget_s: float
     install: str | None
     run: tuple[tuple[str, ...], ...]
+    scratch: tuple[str, ...] = ()  # removed once the stage passed, when this run made them
 
 
 @dataclass(frozen=True)
@@ -128,13 +137,61 @@ def _stage(entry: dict, i: int, known: list[str]) -> Stage:
         raise ToolkitError(f"{where}: run is not a list of commands (lists of strings)")
     if install is None and not run:
         raise ToolkitError(f"{where} does nothing: give it install or run")
+    scratch = entry.get("scratch", [])
+    if not isinstance(scratch, list) or not all(_inside_work(p) for p in scratch):
+        raise ToolkitError(f"{where}: scratch is not a list of paths under {WORK}/")
     return Stage(
         entry["name"],
         entry["about"],
         float(entry["budget_s"]),
         install,
         tuple(tuple(cmd) for cmd in run),
+        tuple(scratch),
     )
+
+
+def _inside_work(path: object) -> bool:
+    """A relative path under .work/ (the toolkit's own folder), not .work itself."""
+    if not isinstance(path, str):
+        return False
+    parts = Path(path).parts
+    return len(parts) > 1 and parts[0] == WORK and ".." not in parts
+
+
+def _size(path: Path) -> int:
+    if path.is_file() or path.is_symlink():
+        return path.lstat().st_size
+    return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def _remove(path: Path) -> None:
+    """``path`` and, for a git worktree in it (the lint's checkouts), its
+    registration in the repository it belongs to."""
+    if path.is_dir() and not path.is_symlink():
+        for tree in [path, *(p for p in path.iterdir() if p.is_dir())]:
+            if (tree / ".git").is_file():
+                common = git.run(tree, "rev-parse", "--git-common-dir")
+                if common.returncode == 0:  # relative to the worktree in git before 2.31
+                    repo = (tree / common.stdout.decode().strip()).resolve().parent
+                    git.drop_worktree(repo, tree)
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def remove_scratch(root: Path, stage: Stage, kept: set[str], log: Callable[[str], object]) -> None:
+    """The stage's scratch that this run made (not in ``kept``: there at its
+    start), removed, said in one line."""
+    gone = []
+    for rel in stage.scratch:
+        path = root / rel
+        if rel in kept or not (path.exists() or path.is_symlink()):
+            continue
+        size = _size(path)
+        _remove(path)
+        gone.append(f"{rel} ({size / 1e6:.0f} MB)")
+    if gone:
+        log(f"ci: removed this run's scratch after {stage.name}: {', '.join(gone)}")
 
 
 def duration(seconds: float) -> str:
@@ -156,12 +213,14 @@ def run(
 ) -> list[Timing]:
     """Each stage in order: its install, then its commands (``command`` and
     ``install`` raise on failure, which stops the pipeline after the
-    summary). Fails when a stage took more than ``fail_factor`` times its
-    budget. ``load`` is the machine's load average, written beside each
-    stage's duration (other work on the machine stretches the figures)."""
+    summary), then its scratch removed (a failed stage's stays to look at).
+    Fails when a stage took more than ``fail_factor`` times its budget.
+    ``load`` is the machine's load average, written beside each stage's
+    duration (other work on the machine stretches the figures)."""
     timings: list[Timing] = []
     started = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     load_at_start = load()
+    kept = {p for s in pipeline.stages for p in s.scratch if (root / p).exists()}
     n = len(pipeline.stages)
     try:
         for i, stage in enumerate(pipeline.stages, 1):
@@ -178,6 +237,7 @@ def run(
                 timing = Timing(stage, clock() - start, ok, load())
                 timings.append(timing)
                 log(_line(timing, pipeline.fail_factor))
+            remove_scratch(root, stage, kept, log)
     finally:
         _summary(timings, pipeline, log)
         if timings:

@@ -27,7 +27,10 @@ def _finder_and_session():
     from pip._internal.commands import create_command
 
     cmd = create_command("download")
-    options, _ = cmd.parse_args(["--no-deps", "placeholder"])
+    # No pip cache: the file is kept in the toolkit's cache, and from PyPI
+    # (which sends cache headers) pip would keep a second copy of it (the
+    # released wheel: 336 MB).
+    options, _ = cmd.parse_args(["--no-deps", "--no-cache-dir", "placeholder"])
     return cmd, options
 
 
