@@ -472,10 +472,16 @@ def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
     missing = next(s for s in said if "no results file came back for" in s)
     assert "series_gpu_tests_alone" in missing and "bench_prefill_crossover" in missing
     assert any("the head is None" in s for s in said)
-    # A second collect writes over nothing unless told to.
-    with pytest.raises(ToolkitError, match="exists"):
-        overlay.collect(root, sitting_files(tmp_path / "again"), log=said.append)
-    assert overlay.collect(root, sitting_files(tmp_path / "again"), replace=True, log=said.append)
+    # A second sitting of the day writes over nothing: its files take _2,
+    # unless told to replace the first's.
+    before = {p: p.read_bytes() for p in (root / "results").glob("*.json")}
+    again = overlay.collect(root, sitting_files(tmp_path / "again"), log=said.append)
+    assert sorted(p.name for p in again) == sorted(
+        n.replace("_20261202.json", "_20261202_2.json") for n in names
+    )
+    assert all(p.read_bytes() == b for p, b in before.items())
+    replaced = overlay.collect(root, sitting_files(tmp_path / "third"), replace=True, log=said.append)
+    assert sorted(p.name for p in replaced) == sorted(names)
 
 
 def test_collect_refuses_a_folder_without_returned_files(tmp_path):

@@ -407,8 +407,7 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
 
 
 def _timeline(folder: Path) -> list[dict]:
-    """The longest timeline.jsonl among the returned steps (the last step's
-    holds every step of its machine)."""
+    """The longest timeline.jsonl of the returned steps (the last holds every step)."""
     found = [
         [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
         for p in folder.glob("*/timeline.jsonl")
@@ -417,8 +416,7 @@ def _timeline(folder: Path) -> list[dict]:
 
 
 def sitting_document(timeline: list[dict], doc: dict, held_s: float | None) -> dict:
-    """The ``sitting`` results file: each call's time and its parts', and the
-    GPU time from the machine's start to the end of its last call."""
+    """The ``sitting`` results file: each call's and part's time, and the machine's."""
     if not timeline:
         raise ToolkitError("evidence: the returned files hold no timeline")
     starts = {t.get("machine_start") for t in timeline}
@@ -437,11 +435,8 @@ def sitting_document(timeline: list[dict], doc: dict, held_s: float | None) -> d
         }
         for t in timeline
     ]
-    figures = {
-        "sitting.machine_s": results.figure(
-            end - first, "s", "the machine's start to the end of the last call", "machine_s"
-        ),
-    }
+    span = "the machine's start to the end of the last call"
+    figures = {"sitting.machine_s": results.figure(end - first, "s", span, "machine_s")}
     for i, c in enumerate(calls):
         figures[f"call{i + 1}.{c['step']}_s"] = results.figure(
             c["seconds"], "s", f"call {i + 1}: gpu/evidence.sh {c['step']}", f"calls[{i}].seconds"
@@ -509,7 +504,13 @@ def collect(
         gpu = str(machine.get("gpu") or "cpu").removeprefix("NVIDIA ").split()[-1].lower()
         n = int(machine.get("gpus") or 1)
         base = str(any_doc["series"].get("base") or "").removeprefix("vllm==")
-        tag = f"{''.join(base.split('.')[:2])}_{gpu}{f'x{n}' if n > 1 else ''}_{when}"
+        day = f"{''.join(base.split('.')[:2])}_{gpu}{f'x{n}' if n > 1 else ''}_{when}"
+        names = [*(f"{stem}_{{}}.json" for stem in docs), "sitting_{}.json"]
+        # A second sitting of the day gets _2 (and so on), never the first's files.
+        tag, k = day, 1
+        while not replace and any((root / "results" / m.format(tag)).exists() for m in names):
+            k += 1
+            tag = f"{day}_{k}"
         out = {
             f"{stem}_{tag}.json": {"purpose": PURPOSE, **doc, "command": f"gpu/evidence.sh {step}"}
             for stem, (doc, step) in docs.items()
@@ -517,8 +518,6 @@ def collect(
         out[f"sitting_{tag}.json"] = sitting_document(timeline, any_doc, held_s)
         for name, doc in out.items():
             dest = root / "results" / name
-            if dest.exists() and not replace:
-                raise ToolkitError(f"evidence: {dest} exists (--replace writes over it)")
             results.write(dest, doc)
             written.append(dest)
             log(f"evidence: wrote {dest.relative_to(root)}")
