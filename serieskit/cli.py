@@ -381,7 +381,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with --collect: the seconds the device tool's lease says the machine was held",
     )
     ev.add_argument(
-        "--replace", action="store_true", help="with --collect: write over the day's results files (default: a new _2, _3)"
+        "--replace",
+        action="store_true",
+        help="with --collect: write over the day's results files (default: a new _2, _3)",
     )
     wh = command(
         "wheel", cmd_wheel, "dist/vllm-VERSION+series...whl: an installable wheel", port=True

@@ -480,7 +480,9 @@ def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
         n.replace("_20261202.json", "_20261202_2.json") for n in names
     )
     assert all(p.read_bytes() == b for p, b in before.items())
-    replaced = overlay.collect(root, sitting_files(tmp_path / "third"), replace=True, log=said.append)
+    replaced = overlay.collect(
+        root, sitting_files(tmp_path / "third"), replace=True, log=said.append
+    )
     assert sorted(p.name for p in replaced) == sorted(names)
 
 
