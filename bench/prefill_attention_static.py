@@ -45,22 +45,19 @@ SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # SM, shared lookups, XOR addressing, S accumulator sets, lazy max> in the
 # kernel's mangled name. Older names still parse: before 2026-12-02 there were
 # seven; the series at df72e25 had another eighth, a flag (the overlapped key
-# loop); sweeps of 2026-12-02 had a ninth flag, the ping-pong, and then a
-# ninth number, steps per tile, before the lazy max. All three measured slower
-# or no faster and were dropped.
+# loop), measured slower and dropped.
 TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
 TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
 
 
-def traits_of(function: str, ninth: str = "lz") -> tuple[int | str, ...] | None:
+def traits_of(function: str) -> tuple[int | str, ...] | None:
     """The traits in a kernel's mangled name: seven numbers, then a tag for
     each later parameter that is not its default ("s2": two sets of S
-    accumulators, "pp": the ping-pong, "ov": df72e25's overlapped loop, "lz":
-    the softmax's lazy max). So the same shape has the same traits in every
-    revision: ``ninth`` names the ninth (a flag), the lazy max from
-    2026-12-02 on, the ping-pong in the sweeps before (measured slower,
-    dropped)."""
+    accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
+    max). So a shipped shape has the same traits in every revision. The
+    dropped sweep options (the ping-pong, steps per tile) are named in their
+    sweeps' results files, never parsed again from a build."""
     m = TRAITS.search(function)
     if not m:
         return None
@@ -71,11 +68,7 @@ def traits_of(function: str, ninth: str = "lz") -> tuple[int | str, ...] | None:
             extra += ["ov"] if value == "1" else []
         elif i == 0:
             extra += [f"s{value}"] if value != "1" else []
-        elif i == 1 and kind == "b":
-            extra += [ninth] if value == "1" else []
-        elif i == 1:  # steps per tile, swept before the lazy max (dropped)
-            extra += [f"u{value}"] if value != "1" else []
-        elif i == 2:  # the lazy max, after them
+        elif i == 1:
             extra += ["lz"] if value == "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
@@ -218,8 +211,7 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
             continue
         hd, warps, mtiles, keys, ctas, shared, xor = (int(t) for t in traits[:7])
         threads = 32 * warps
-        stages = 3 if "pp" in traits else 2  # the ping-pong keeps a third
-        smem = stages * 2 * keys * hd * 2  # stages x (K + V) x keys x head dim x fp16
+        smem = 2 * 2 * keys * hd * 2  # 2 stages x (K + V) x keys x head dim x fp16
         ins = funcs.get(u.function, [])
         loop = key_loop(ins)
         rows.append(
