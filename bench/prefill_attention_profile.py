@@ -16,28 +16,72 @@ split-KV (the key loop only; no merge kernel).
         python3 bench/prefill_attention_profile.py --lib /tmp/libsm75v.so \\
         --head-dim 128 --context 32768 [--variant hd128.w8m1k32c1]
 
-gpu/profile_attention.sh runs it under ncu for each shape it is given.
+gpu/profile_attention.sh runs it under ncu for each shape it is given and
+exports the report's source page (per SASS instruction: the warp stall
+samples by reason); ``--stalls CSV`` summarizes such a page here.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import csv
+import gzip
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def stalls(page: Path) -> str:
+    """Where the warps of one profiled launch waited: the stall samples of
+    ncu's source page (``--page source --csv --print-source sass``) by
+    reason, then by opcode with each opcode's three main reasons, as
+    percentages of all samples."""
+    opener = gzip.open if page.suffix == ".gz" else open
+    with opener(page, "rt") as f:
+        rows = list(csv.reader(f))
+    head, body = rows[1], rows[2:]
+    source = head.index("Source")
+    reasons = [
+        (i, h.removeprefix("stall_"))
+        for i, h in enumerate(head)
+        if h.startswith("stall_") and "Not Issued" not in h
+    ]
+    by_op: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in body:
+        op = re.sub(r"^@!?U?P\w+\s+", "", r[source].strip()).split(".")[0].split(" ")[0]
+        for i, h in reasons:
+            by_op[op or "?"][h] += int(r[i] or 0)
+    total = collections.Counter()
+    for c in by_op.values():
+        total.update(c)
+    n = sum(total.values()) or 1
+
+    def pct(c: collections.Counter, k: int) -> str:
+        return ", ".join(f"{h} {100 * v / n:.1f}" for h, v in c.most_common(k) if v)
+
+    lines = [f"{page.name}: {n:,} samples; by reason (% of all): {pct(total, 9)}"]
+    for op, c in sorted(by_op.items(), key=lambda kv: -sum(kv[1].values()))[:10]:
+        lines.append(f"  {op:<6} {100 * sum(c.values()) / n:5.1f} %: {pct(c, 3)}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", type=Path, required=True, help="the sweep's library (--build LIB)")
+    ap.add_argument("--lib", type=Path, help="the sweep's library (--build LIB)")
+    ap.add_argument("--stalls", type=Path, nargs="+", help="summarize ncu source pages (CSV)")
     ap.add_argument("--head-dim", type=int, default=256, choices=(64, 128, 256))
     ap.add_argument("--variant", help="a shape's name (default: the shipped one of the head dim)")
     ap.add_argument("--context", type=int, default=32 * 1024)
     ap.add_argument("--query", type=int, default=2048)
     a = ap.parse_args()
+    if a.stalls:
+        print("\n".join(stalls(page) for page in a.stalls))
+        return 0
     # Checked before torch is imported: the refusal needs no GPU machine.
-    if not a.lib.is_file():
+    if a.lib is None or not a.lib.is_file():
         sys.exit(
             f"error: {a.lib} is not a file (build it first: "
             "python3 bench/prefill_attention_variants.py --tree TREE --build LIB)"

@@ -72,9 +72,10 @@ TRAITS_KEYS = (
 
 def traits_key(shape: dict) -> tuple:
     """A shape of :func:`variants` (or of an older sweep's results file,
-    which may name the ping-pong or steps per tile, both measured slower and
-    dropped on 2026-12-02) as prefill_attention_static.traits_of reads it
-    from the kernel's name: the later options only where not their defaults."""
+    which may name options measured and dropped on 2026-12-02: the ping-pong,
+    steps per tile, K/V loads without L1 allocation or through another cache
+    path) as prefill_attention_static.traits_of reads it from the kernel's
+    name: the later options only where not their defaults."""
     sets, steps = shape.get("score_sets", 1), shape.get("sub_tiles", 1)
     return (
         tuple(int(shape[k]) for k in TRAITS_KEYS)
@@ -82,6 +83,8 @@ def traits_key(shape: dict) -> tuple:
         + (("pp",) if shape.get("ping_pong") else ())
         + ((f"u{steps}",) if steps > 1 else ())
         + (("lz",) if shape.get("lazy_max") else ())
+        + (("st",) if shape.get("stream_kv") else ())
+        + ((f"ld{shape['load_path']}",) if shape.get("load_path") else ())
     )
 
 

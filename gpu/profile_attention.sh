@@ -6,8 +6,10 @@
 # --prepare made here and the call carries (.dev/gpu/kernel by default);
 # the shapes are names from that script's list (default: the shipped shape of
 # each head dim). Writes $OUT/ncu_<shape>.txt: where the warps stall
-# (WarpStateStats, SourceCounters), what the pipes and shared memory did, and
-# the occupancy. Clocks left alone (METHOD.md).
+# (WarpStateStats with its stall reasons, SourceCounters), what the pipes and
+# shared memory did, and the occupancy; and $OUT/sass_<shape>.csv, the
+# stall samples per SASS instruction (summarize it here with
+# bench/prefill_attention_profile.py --stalls). Clocks left alone (METHOD.md).
 #   export OUT; bash gpu/profile_attention.sh [SHAPE ...]
 set -euo pipefail
 : "${OUT:?error: OUT, the output folder of the device call, is not set}"
@@ -26,10 +28,17 @@ shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(hd64.w4m2k64c2.lz hd128.w8m1k64c1 hd256.w8m1k16c1.s2)
 for s in "${shapes[@]}"; do
   echo "profile: $s"
-  timeout "${LIMIT:-150}" ncu --clock-control none --target-processes application-only \
+  report=/tmp/ncu_$s
+  if timeout "${LIMIT:-150}" ncu --clock-control none --target-processes application-only \
     -k regex:paged_prefill_attention_sm75_kernel --launch-skip 1 -c 1 \
-    "${sections[@]/#/--section=}" \
+    "${sections[@]/#/--section=}" -f -o "$report" \
     python3 bench/prefill_attention_profile.py --lib "$lib" --variant "$s" \
-    --context "${CONTEXT:-32768}" > "$OUT/ncu_$s.txt" 2>&1 \
-    || echo "profile: $s exited $? (see $OUT/ncu_$s.txt)"
+    --context "${CONTEXT:-32768}" > "$OUT/ncu_$s.log" 2>&1; then
+    ncu -i "$report.ncu-rep" --page details --print-details all > "$OUT/ncu_$s.txt" 2>&1
+    ncu -i "$report.ncu-rep" --page source --csv --print-source sass > "$OUT/sass_$s.csv" 2>&1 \
+      || echo "profile: $s: no source page (see $OUT/sass_$s.csv)"
+    rm "$OUT/ncu_$s.log"
+  else
+    echo "profile: $s exited $? (see $OUT/ncu_$s.log)"
+  fi
 done
