@@ -383,7 +383,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--replace",
         action="store_true",
-        help="with --collect: write over the day's results files (default: a new _2, _3)",
+        help="with --collect: write over the files of the same sitting collected before "
+        "(else the day's first; default: a new _2, _3)",
     )
     wh = command(
         "wheel", cmd_wheel, "dist/vllm-VERSION+series...whl: an installable wheel", port=True

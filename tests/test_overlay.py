@@ -355,7 +355,10 @@ def returned(folder: Path, step: str, members: dict[str, dict | str]) -> None:
     (folder / f"evidence-{step}.log").write_text(f"evidence {step}: done\n")
 
 
-def sitting_files(tmp_path) -> list[Path]:
+LATE = "2026-12-02T21:40:00Z"
+
+
+def sitting_files(tmp_path, date: str = "2026-12-02T05:10:00Z") -> list[Path]:
     """The files of a sitting's bench and tests calls, as they come back."""
     machine = results.machine_block(["NVIDIA H200"], "580", "2.11.0+cu130", "13.0")
     series = {
@@ -373,7 +376,7 @@ def sitting_files(tmp_path) -> list[Path]:
             machine=machine,
             series=series,
             figures={},
-            date="2026-12-02T05:10:00Z",
+            date=date,
             torch_pin=None,
             **kw,
         )
@@ -484,6 +487,16 @@ def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
         root, sitting_files(tmp_path / "third"), replace=True, log=said.append
     )
     assert sorted(p.name for p in replaced) == sorted(names)
+    # The same calls collected again (another --held-s, say) replace their
+    # own files: the third sitting's, found by its dates.
+    first = {p: p.read_bytes() for p in replaced}
+    late = overlay.collect(root, sitting_files(tmp_path / "late", date=LATE), log=said.append)
+    assert all(p.name.endswith("_20261202_3.json") for p in late)
+    redone = overlay.collect(
+        root, sitting_files(tmp_path / "late2", date=LATE), replace=True, log=said.append
+    )
+    assert sorted(p.name for p in redone) == sorted(p.name for p in late)
+    assert all(p.read_bytes() == b for p, b in first.items())
 
 
 def test_collect_refuses_a_folder_without_returned_files(tmp_path):

@@ -468,6 +468,26 @@ def sitting_document(timeline: list[dict], doc: dict, held_s: float | None) -> d
     return out
 
 
+def _sitting_tag(results_dir: Path, day: str, names: list[str], docs: dict, replace: bool) -> str:
+    """The suffix of a sitting's results files: a second sitting of the day
+    gets _2 (and so on), never an earlier one's files. With ``replace``, the
+    tag whose files already hold this sitting's results (the same dates: the
+    same calls collected again), else the day's first."""
+    tags = [day, *(f"{day}_{k}" for k in range(2, 100))]
+
+    def taken(tag: str) -> bool:
+        return any((results_dir / m.format(tag)).exists() for m in names)
+
+    if replace:
+        for tag in filter(taken, tags):
+            for stem, (doc, _) in docs.items():
+                path = results_dir / f"{stem}_{tag}.json"
+                if path.exists() and json.loads(path.read_text()).get("date") == doc["date"]:
+                    return tag
+        return day
+    return next(t for t in tags if not taken(t))
+
+
 def collect(
     root: Path, folders: list[Path], held_s: float | None = None, replace: bool = False, log=print
 ) -> list[Path]:
@@ -506,11 +526,7 @@ def collect(
         base = str(any_doc["series"].get("base") or "").removeprefix("vllm==")
         day = f"{''.join(base.split('.')[:2])}_{gpu}{f'x{n}' if n > 1 else ''}_{when}"
         names = [*(f"{stem}_{{}}.json" for stem in docs), "sitting_{}.json"]
-        # A second sitting of the day gets _2 (and so on), never the first's files.
-        tag, k = day, 1
-        while not replace and any((root / "results" / m.format(tag)).exists() for m in names):
-            k += 1
-            tag = f"{day}_{k}"
+        tag = _sitting_tag(root / "results", day, names, docs, replace)
         out = {
             f"{stem}_{tag}.json": {"purpose": PURPOSE, **doc, "command": f"gpu/evidence.sh {step}"}
             for stem, (doc, step) in docs.items()
