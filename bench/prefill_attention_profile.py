@@ -54,7 +54,7 @@ def stalls(page: Path) -> str:
         op = re.sub(r"^@!?U?P\w+\s+", "", r[source].strip()).split(".")[0].split(" ")[0]
         for i, h in reasons:
             by_op[op or "?"][h] += int(r[i] or 0)
-    total = collections.Counter()
+    total: collections.Counter = collections.Counter()
     for c in by_op.values():
         total.update(c)
     n = sum(total.values()) or 1
