@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from serieskit import files, git, results, status
-from serieskit.build import build, overlay, recipe, wheel
+from serieskit.build import build, overlay, recipe, sitting, wheel
 from serieskit.checks import docs, figures, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
@@ -162,7 +162,7 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_evidence(args: argparse.Namespace, t: Target) -> None:
-    overlay.evidence(t.root, args.collect, held_s=args.held_s, replace=args.replace)
+    sitting.evidence(t.root, args.collect, held_s=args.held_s, replace=args.replace)
 
 
 def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
