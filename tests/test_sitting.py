@@ -14,7 +14,6 @@ import pytest
 from serieskit import results
 from serieskit.build import sitting
 from serieskit.errors import ToolkitError
-from serieskit.series import base
 
 
 def sized(path: Path, mib: float) -> None:

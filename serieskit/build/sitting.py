@@ -16,9 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from serieskit import files, results
+from serieskit import results
 from serieskit.errors import ToolkitError
-from serieskit.series import base, series
 from serieskit.state import State
 
 CALL_BYTES = 64 * 2**20  # what one device call carries, the working tree included
