@@ -32,6 +32,7 @@ for s in "${shapes[@]}"; do
   if timeout "${LIMIT:-150}" ncu --clock-control none --target-processes application-only \
     -k regex:paged_prefill_attention_sm75_kernel --launch-skip 1 -c 1 \
     "${sections[@]/#/--section=}" -f -o "$report" \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     python3 bench/prefill_attention_profile.py --lib "$lib" --variant "$s" \
     --context "${CONTEXT:-32768}" > "$OUT/ncu_$s.log" 2>&1; then
     ncu -i "$report.ncu-rep" --page details --print-details all > "$OUT/ncu_$s.txt" 2>&1

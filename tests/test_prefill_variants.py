@@ -1,12 +1,14 @@
 """bench/prefill_attention_variants.py and its library, without a GPU: the
 shapes it lists are Turing shapes with the shipped one first, its ctypes
 mirror of the kernel's params is the C++ struct, its float64 reference is
-attention, the profile script's default shapes exist, and a sweep's results
-file validates."""
+attention, the profile script's default shapes exist and its stall summary
+adds up, and a sweep's results file validates."""
 
 from __future__ import annotations
 
+import csv
 import ctypes
+import gzip
 import re
 import shutil
 import sys
@@ -17,6 +19,7 @@ from test_results import ROOT
 from serieskit import results
 
 sys.path.insert(0, str(ROOT / "bench"))
+import prefill_attention_profile as prof  # noqa: E402
 import prefill_attention_static as st  # noqa: E402
 import prefill_attention_variants as pv  # noqa: E402
 import sm75_prefill_lib as lib75  # noqa: E402
@@ -87,6 +90,28 @@ def test_profile_defaults_are_shapes_of_the_library(built):
     names = {v["name"] for v in lib75.variants(lib)}
     shipped = {v["name"] for v in lib75.variants(lib) if v["shipped"]}
     assert set(defaults) == shipped <= names
+
+
+def test_stall_summary_shares_the_samples_by_reason_and_opcode(tmp_path):
+    """An ncu source page as --page source --csv writes it (a kernel-name row,
+    then the header), gzipped: the reasons' shares of all samples, the
+    predicate dropped from the opcode, the not-issued columns not counted twice."""
+    page = tmp_path / "sass_x.csv.gz"
+    header = ["Address", "Source", "stall_wait", "stall_short_sb", "stall_wait (Not Issued)"]
+    rows = [
+        ["0x10", "HMMA.1688.F32 R80, R18, R108, R80", "10", "50", "9"],
+        ["0x20", "@!P0  BRA 0x7fbf577b7f10", "20", "0", "20"],
+        ["0x30", "HMMA.1688.F32 R64, R16, R172, RZ", "0", "20", ""],
+    ]
+    with gzip.open(page, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "k"])
+        w.writerow(header)
+        w.writerows(rows)
+    text = prof.stalls(page)
+    assert "100 samples; by reason (% of all): short_sb 70.0, wait 30.0" in text
+    assert "  HMMA    80.0 %: short_sb 70.0, wait 10.0" in text
+    assert "  BRA     20.0 %: wait 20.0" in text
 
 
 @pytest.mark.parametrize(
