@@ -76,9 +76,11 @@ struct Variant {
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    // The shape's own CTA count: rows per CTA vary across the shapes.
+    const int64_t rows =
+        static_cast<int64_t>(p.num_tokens) * (p.num_heads / p.num_kv_heads);
     *splits = paged_prefill_attention_sm75_splits_for(
-        paged_prefill_attention_sm75_num_ctas(p.num_tokens, p.num_heads,
-                                              p.num_kv_heads),
+        (rows + T::kRows - 1) / T::kRows * p.num_kv_heads,
         static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
     return cudaSuccess;
   }
