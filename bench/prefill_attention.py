@@ -62,7 +62,9 @@ TURING_SMS = (72, 40)
 # which sm_75's registers and 64 KiB of shared memory allow:
 # results/sm75_static_paged_prefill_attention_hd.json).
 TURING_CTAS_PER_SM = {64: 2, 128: 1, 256: 1}
-ROWS_PER_CTA = 128  # packed query rows (tokens x query heads per KV head)
+# Packed query rows (tokens x query heads per KV head) per CTA: the traits
+# of paged_prefill_attention_sm75.cu (warps x row tiles x 16).
+ROWS_PER_CTA = {64: 128, 128: 192, 256: 128}
 
 MMA_SRC = r"""
 #include <cstdio>
@@ -269,7 +271,7 @@ def run_on_turing_sms(row: dict, kern, head: int, q_len: int, sms, reps, ceiling
     """The kernel on each SM count of ``sms``, with the split count the
     launcher's rule gives a GPU of that many SMs (it reads the device's own
     count, which a green context does not change)."""
-    ctas = math.ceil(q_len * HEADS // KV_HEADS / ROWS_PER_CTA) * KV_HEADS
+    ctas = math.ceil(q_len * HEADS // KV_HEADS / ROWS_PER_CTA[head]) * KV_HEADS
     for n in sms:
         splits = splits_for(ctas, n * TURING_CTAS_PER_SM[head])
         try:

@@ -23,21 +23,23 @@ namespace {
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
 // SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max]]>.
 // The shipped traits come first per head dim; the rest are the shapes that
-// fit a Turing SM beside them: the previous revision's (32-key tiles at head
-// dim 64), the lazy max where a head dim ships without it and the full update
-// where it ships with it, the single set of S accumulators at head dim 256,
-// and 32-key tiles there (which spill).
-#define SM75_VARIANTS(X)                                  \
-  X(Hd64)                                                 \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)           \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true>)           \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)  \
-  X(Hd128)                                                \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true, 1, true>) \
-  X(PrefillTraits<128, 4, 2, 16, 2, true, true>)          \
-  X(Hd256)                                                \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>) \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)          \
+// fit a Turing SM beside them: the previous revisions' (32-key tiles at head
+// dim 64, 8 warps with 64-key tiles at head dim 128), the lazy max where a
+// head dim ships without it and the full update where it ships with it, the
+// single set of S accumulators at head dim 256, and 32-key tiles there
+// (which spill).
+#define SM75_VARIANTS(X)                                   \
+  X(Hd64)                                                  \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true>)            \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true>)            \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)   \
+  X(Hd128)                                                 \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>) \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)           \
+  X(PrefillTraits<128, 4, 2, 16, 2, true, true>)           \
+  X(Hd256)                                                 \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>)  \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)           \
   X(PrefillTraits<256, 8, 1, 32, 1, true, true>)
 
 template <class T>

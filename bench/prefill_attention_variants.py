@@ -51,6 +51,7 @@ from sm75_prefill_lib import (  # noqa: E402
     nvcc_command,
     params_for,
     scratch_for,
+    time_on_sms,
     traits_key,
     variants,
 )
@@ -308,7 +309,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
     return rows
 
 
-def run_gpu(tree: Path, reps: int, contexts, head_dims=None) -> tuple[dict, dict]:
+def run_gpu(tree: Path, reps: int, contexts, head_dims=None, sms=()) -> tuple[dict, dict]:
     import torch
     from mma_microbench import describe, mma_microbench
     from prefill_attention import mma_ceiling
@@ -334,7 +335,9 @@ def run_gpu(tree: Path, reps: int, contexts, head_dims=None) -> tuple[dict, dict
             print(f"{v['name']:26s} check {v['check']}", flush=True)
         good = [v for v in vs if v["check"]["ok"]]
         timed = time_variants(torch, lib, good, contexts, reps, ceiling["tflops"])
+        on = time_on_sms(torch, lib, good, sms, ceiling["tflops"]) if sms else []
     return {
+        **({"on_sms": on} if on else {}),
         "mma_m16n8k8_ceiling": ceiling,
         "mma_microbench": micro,
         "variants": vs,
@@ -393,6 +396,15 @@ def figures_gpu(body: dict) -> dict:
             "fraction",
             f"{what}, fraction of the mma.sync ceiling",
             f"rows[{i}].fraction_of_mma_ceiling",
+        )
+    for i, r in enumerate(body.get("on_sms", [])):
+        out[f"{r['variant']}.ctx{r['context_len']}.on_{r['sms']}_sms_fraction"] = results.figure(
+            r["fraction_of_mma_ceiling"],
+            "fraction",
+            f"shape {r['variant']} after "
+            f"{r['context_len']:,} on {r['sms']} SMs ({r['splits']} splits), fraction of the "
+            "ceiling scaled to them",
+            f"on_sms[{i}].fraction_of_mma_ceiling",
         )
     return out
 
@@ -459,10 +471,10 @@ def build_only(tree: Path, lib: Path) -> int:
     return 0
 
 
-def sweep(tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None) -> int:
+def sweep(tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None, sms=()) -> int:
     """The GPU run: microbenchmarks, checks and timings of every shape (of
-    ``head_dims`` only, where given)."""
-    body, run = run_gpu(tree, reps, contexts, head_dims)
+    ``head_dims`` only, where given; the shipped ones also on ``sms`` SMs)."""
+    body, run = run_gpu(tree, reps, contexts, head_dims, sms)
     body = {
         "what": (
             "Shapes of the Turing prefill attention template on one GPU through compute_75 PTX, "
@@ -518,6 +530,9 @@ def main() -> int:
         choices=(64, 128, 256),
         help="only these head dims' shapes (default: all)",
     )
+    ap.add_argument(
+        "--sms", type=int, nargs="*", default=[], help="SM counts for the shipped shapes"
+    )
     a = ap.parse_args()
     if a.static and not a.out:
         ap.error("--static writes a results file: give --out")
@@ -527,7 +542,7 @@ def main() -> int:
         return build_only(a.tree, a.build)
     if a.static:
         return static(a.tree, a.out)
-    return sweep(a.tree, a.out, a.reps, a.contexts, a.head_dims)
+    return sweep(a.tree, a.out, a.reps, a.contexts, a.head_dims, a.sms)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ shape on torch's current stream. Used by the sweep
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def traits_key(shape: dict) -> tuple:
         + (("lz",) if shape.get("lazy_max") else ())
         + (("st",) if shape.get("stream_kv") else ())
         + ((f"ld{shape['load_path']}",) if shape.get("load_path") else ())
+        + ((f"sl{shape['slices']}",) if shape.get("slices", 1) > 1 else ())
     )
 
 
@@ -265,3 +267,50 @@ def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int):
             raise RuntimeError(f"variant {index}: CUDA error {err}")
 
     return fn
+
+
+def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) -> list[dict]:
+    """The shipped shapes on bench/prefill_attention.py's longest case on green
+    contexts of each of ``sms`` SMs, with the split count the launcher's rule
+    gives a Turing GPU of that many SMs: its CTAs of this shape's rows, in
+    slots of the shape's CTAs per SM (the library's own rule reads the whole
+    device's count). The ceiling is scaled to the SMs the kernel had."""
+    from prefill_attention import CONTEXTS, HEADS, KV_HEADS, QUERY, causal_flops, make_inputs
+    from prefill_attention import on_sms as timed_on
+    from turing_cycle_model import splits_for
+
+    rows, ctx = [], max(CONTEXTS)
+    device_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for v in (v for v in vs if v["shipped"]):
+        inp = make_inputs(QUERY, ctx, v["head_dim"])
+        # Kept alive beside the params, which hold their pointers.
+        out, scratch = torch.empty_like(inp["query"]), scratch_for(torch, inp["query"])
+        p = params_for(torch, inp, out, None, scratch)
+        rows_per_cta = v["warps"] * v["row_tiles_per_warp"] * 16
+        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / rows_per_cta) * KV_HEADS
+        for n in sms:
+            splits = splits_for(ctas, n * v["min_ctas_per_sm"])
+            t = timed_on(n, launcher(torch, lib, v["index"], p, splits), 10)
+            tflops = causal_flops(QUERY, ctx, v["head_dim"]) / (t["median_ms"] * 1e-3) / 1e12
+            frac = tflops / (ceiling * n / device_sms)
+            rows.append(
+                {
+                    "variant": v["name"],
+                    "head_dim": v["head_dim"],
+                    "query_len": QUERY,
+                    "context_len": ctx,
+                    "sms": n,
+                    "splits": splits,
+                    **t,
+                    "tflops": tflops,
+                    "fraction_of_mma_ceiling": frac,
+                }
+            )
+            print(
+                f"{v['name']:26s} on {n:3d} SMs, {splits} splits: {t['median_ms']:8.3f} ms "
+                f"({100 * frac:.1f} % of the ceiling for {n} SMs)",
+                flush=True,
+            )
+        del inp, out, scratch
+        torch.cuda.empty_cache()
+    return rows
