@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "results" / "sm75_static_paged_prefill_attention_hd.json"
 SMS, CLOCK = 72, 1.77e9  # Quadro RTX 8000
-HEADS, KV_HEADS, ROWS = 12, 2, 128  # the seed model's heads per rank
+HEADS, KV_HEADS = 12, 2  # the seed model's heads per rank
 DRAM_BPS = 672e9
 # Not overlapped (assumed): the softmax's dependent chain and the barrier of
 # a tile, per CTA; other resident CTAs' work covers it in proportion.
@@ -68,6 +68,7 @@ class Kernel:
     smem_ops: int  # LDSM + STS (512 B each per warp)
     mufu_cvt: int
     fp32: int
+    rows: int = 128  # packed query rows per CTA (warps x row tiles x 16)
 
 
 def load_kernels(path: Path) -> dict[int, Kernel]:
@@ -86,6 +87,7 @@ def load_kernels(path: Path) -> dict[int, Kernel]:
             smem_ops=c.get("LDSM", 0) + c.get("STS", 0),
             mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
             fp32=c.get("FP32", 0),
+            rows=r["traits"]["warps"] * r["traits"]["row_tiles_per_warp"] * 16,
         )
     return out
 
@@ -113,6 +115,7 @@ def load_variants(path: Path) -> dict[str, tuple[Kernel, int]]:
             smem_ops=c.get("LDSM", 0) + c.get("STS", 0) + c.get("local (spill)", 0),
             mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
             fp32=c.get("FP32", 0),
+            rows=r["warps"] * r["row_tiles_per_warp"] * 16,
         )
         # An H200 SM: 65,536 registers, 227 KiB of shared memory, 64 warps.
         per_thread = -(-r["registers"] // 8) * 8
@@ -198,12 +201,12 @@ def predict_ms(
     """A chunk of q tokens after ctx on the RTX 8000: each of an SM's resident
     CTAs advances one tile per round."""
     rows = q * group
-    ctas = math.ceil(rows / ROWS)
+    ctas = math.ceil(rows / k.rows)
     slots = SMS * k.ctas_per_sm
     s = splits_for(ctas * KV_HEADS, slots) if splits is None else splits
     jobs = []
     for c in range(ctas):
-        last = min(ROWS * (c + 1), rows) - 1
+        last = min(k.rows * (c + 1), rows) - 1
         tiles = (ctx + last // group) // k.keys + 1
         for i in range(s):
             share = tiles * (i + 1) // s - tiles * i // s
