@@ -225,6 +225,22 @@ def test_prefill_attention_bench_reports_turing_sm_counts():
     # waves unsplit; no split finishes sooner).
     assert bench.splits_for(192, 72 * bench.TURING_CTAS_PER_SM[256]) == 3
     assert bench.splits_for(192, 40 * bench.TURING_CTAS_PER_SM[256]) == 1
+    # Head dim 128's 192-row CTAs: 128 of them; 4 splits on 40 SMs.
+    assert bench.splits_for(128, 40 * bench.TURING_CTAS_PER_SM[128]) == 4
+
+
+def test_the_benchmark_counts_each_head_dims_ctas_as_the_kernel_does():
+    """The SM-limited rows take the launcher's split count only if the
+    benchmark's rows and CTAs per SM are the kernel's: those of the static
+    evidence of the series' sm_75 build."""
+    bench = script("bench/prefill_attention.py")
+    static = json.loads(
+        (ROOT / "results" / "sm75_static_paged_prefill_attention_hd.json").read_text()
+    )
+    for hd in static["head_dims"]:
+        d = hd["head_dim"]
+        assert bench.ROWS_PER_CTA[d] == hd["traits"]["rows_per_cta"]
+        assert bench.TURING_CTAS_PER_SM[d] == hd["turing_ctas_per_sm"]
 
 
 def test_both_attention_benches_call_triton_attn_the_same_way():
