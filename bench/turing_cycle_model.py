@@ -68,7 +68,7 @@ class Kernel:
     smem_ops: int  # LDSM + STS (512 B each per warp)
     mufu_cvt: int
     fp32: int
-    rows: int = 128  # packed query rows per CTA (warps x row tiles x 16)
+    rows: int  # packed query rows per CTA
 
 
 def load_kernels(path: Path) -> dict[int, Kernel]:
@@ -87,7 +87,7 @@ def load_kernels(path: Path) -> dict[int, Kernel]:
             smem_ops=c.get("LDSM", 0) + c.get("STS", 0),
             mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
             fp32=c.get("FP32", 0),
-            rows=r["traits"]["warps"] * r["traits"]["row_tiles_per_warp"] * 16,
+            rows=r["traits"]["rows_per_cta"],
         )
     return out
 
@@ -115,7 +115,7 @@ def load_variants(path: Path) -> dict[str, tuple[Kernel, int]]:
             smem_ops=c.get("LDSM", 0) + c.get("STS", 0) + c.get("local (spill)", 0),
             mufu_cvt=c.get("MUFU", 0) + c.get("conversion", 0),
             fp32=c.get("FP32", 0),
-            rows=r["warps"] * r["row_tiles_per_warp"] * 16,
+            rows=r["warps"] * r["row_tiles_per_warp"] * 16,  # 16 per row tile
         )
         # An H200 SM: 65,536 registers, 227 KiB of shared memory, 64 warps.
         per_thread = -(-r["registers"] // 8) * 8
