@@ -87,6 +87,7 @@ def traits_key(shape: dict) -> tuple:
         + (("st",) if shape.get("stream_kv") else ())
         + ((f"ld{shape['load_path']}",) if shape.get("load_path") else ())
         + ((f"sl{shape['slices']}",) if shape.get("slices", 1) > 1 else ())
+        + ((f"d{shape['dim_split']}",) if shape.get("dim_split", 1) > 1 else ())
     )
 
 
@@ -191,21 +192,23 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 11)()
+        s = (ctypes.c_int * 12)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, split = list(s)
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the S accumulator
-                # sets where there are more than one, the lazy max where on:
-                # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2,
-                # hd64.w4m2k64c2.lz.
+                # sets where there are more than one, the lazy max where on,
+                # the warps per row tile where two share it: hd128.w8m1k64c1,
+                # hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2, hd64.w4m2k64c2.lz,
+                # hd256.w12m1k16c1.d2.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + ("" if sets == 1 else f".s{sets}")
-                + (".lz" if lazy else ""),
+                + (".lz" if lazy else "")
+                + ("" if split == 1 else f".d{split}"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -218,6 +221,8 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
                 "lazy_max": bool(lazy),
+                "dim_split": split,
+                "rows_per_cta": warps // split * mtiles * 16,
             }
         )
     return out
@@ -286,8 +291,7 @@ def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) ->
         # Kept alive beside the params, which hold their pointers.
         out, scratch = torch.empty_like(inp["query"]), scratch_for(torch, inp["query"])
         p = params_for(torch, inp, out, None, scratch)
-        rows_per_cta = v["warps"] * v["row_tiles_per_warp"] * 16
-        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / rows_per_cta) * KV_HEADS
+        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / v["rows_per_cta"]) * KV_HEADS
         for n in sms:
             splits = splits_for(ctas, n * v["min_ctas_per_sm"])
             t = timed_on(n, launcher(torch, lib, v["index"], p, splits), 10)
