@@ -55,7 +55,7 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     """The traits in a kernel's mangled name: seven numbers, then a tag for
     each later parameter that is not its default ("s2": two sets of S
     accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
-    max, "d2": two warps per row tile, each with half the head dim). So a shipped shape has the same traits in every revision. The
+    max). So a shipped shape has the same traits in every revision. The
     dropped sweep options (the ping-pong, steps per tile) are named in their
     sweeps' results files, never parsed again from a build."""
     m = TRAITS.search(function)
@@ -70,8 +70,6 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
             extra += [f"s{value}"] if value != "1" else []
         elif i == 1:
             extra += ["lz"] if value == "1" else []
-        elif i == 2:
-            extra += [f"d{value}"] if value != "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 

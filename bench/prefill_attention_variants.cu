@@ -40,12 +40,7 @@ namespace {
   X(Hd256)                                                 \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, true>)  \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true>)           \
-  X(PrefillTraits<256, 8, 1, 32, 1, true, true>)           \
-  X(PrefillTraits<256, 12, 1, 16, 1, true, true, 1, false, 2>) \
-  X(PrefillTraits<256, 12, 1, 16, 1, true, true, 2, false, 2>) \
-  X(PrefillTraits<256, 12, 1, 16, 1, true, true, 1, true, 2>)  \
-  X(PrefillTraits<256, 8, 2, 16, 1, true, true, 1, false, 2>)  \
-  X(PrefillTraits<128, 16, 1, 32, 1, true, true, 1, false, 2>)
+  X(PrefillTraits<256, 8, 1, 32, 1, true, true>)
 
 template <class T>
 struct Variant {
@@ -110,8 +105,7 @@ struct Variant {
 
 struct Entry {
   const char* traits;
-  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
-      dim_split;
+  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets;
   bool lazy_max, shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
@@ -127,7 +121,6 @@ struct Entry {
         __VA_ARGS__::kMinCtasPerSm,        \
         __VA_ARGS__::kSmemBytes,           \
         __VA_ARGS__::kScoreSets,           \
-        __VA_ARGS__::kDimSplit,            \
         __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
@@ -152,8 +145,8 @@ int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
-// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1),
-// warps per row tile (the head dim's split); -1 for an index out of range.
+// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1);
+// -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -168,7 +161,6 @@ int sm75v_shape(int i, int* out) {
   out[8] = e.smem_bytes;
   out[9] = e.score_sets;
   out[10] = e.lazy_max ? 1 : 0;
-  out[11] = e.dim_split;
   return 0;
 }
 

@@ -75,7 +75,7 @@ def traits_key(shape: dict) -> tuple:
     """A shape of :func:`variants` (or of an older sweep's results file,
     which may name options measured and dropped on 2026-12-02: the ping-pong,
     steps per tile, K/V loads without L1 allocation or through another cache
-    path) as prefill_attention_static.traits_of reads it from the kernel's
+    path, staged loads in slices, the head dim split across a pair of warps) as prefill_attention_static.traits_of reads it from the kernel's
     name: the later options only where not their defaults."""
     sets, steps = shape.get("score_sets", 1), shape.get("sub_tiles", 1)
     return (
@@ -192,23 +192,21 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 12)()
+        s = (ctypes.c_int * 11)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, split = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy = list(s)
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the S accumulator
-                # sets where there are more than one, the lazy max where on,
-                # the warps per row tile where two share it: hd128.w8m1k64c1,
-                # hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2, hd64.w4m2k64c2.lz,
-                # hd256.w12m1k16c1.d2.
+                # sets where there are more than one, the lazy max where on:
+                # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2,
+                # hd64.w4m2k64c2.lz.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + ("" if sets == 1 else f".s{sets}")
-                + (".lz" if lazy else "")
-                + ("" if split == 1 else f".d{split}"),
+                + (".lz" if lazy else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -221,8 +219,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
                 "lazy_max": bool(lazy),
-                "dim_split": split,
-                "rows_per_cta": warps // split * mtiles * 16,
             }
         )
     return out
@@ -291,7 +287,8 @@ def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) ->
         # Kept alive beside the params, which hold their pointers.
         out, scratch = torch.empty_like(inp["query"]), scratch_for(torch, inp["query"])
         p = params_for(torch, inp, out, None, scratch)
-        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / v["rows_per_cta"]) * KV_HEADS
+        rows_per_cta = v["warps"] * v["row_tiles_per_warp"] * 16
+        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / rows_per_cta) * KV_HEADS
         for n in sms:
             splits = splits_for(ctas, n * v["min_ctas_per_sm"])
             t = timed_on(n, launcher(torch, lib, v["index"], p, splits), 10)

@@ -721,7 +721,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     assert "bench_prefill_attention_033_h200_20261202_4.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
-    assert "bench_prefill_variants_033_h200_sms.json" in shapes
+    assert "bench_prefill_variants_033_h200_dsplit.json" in shapes
     rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
@@ -730,19 +730,20 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
-    rows; a later sweep of every head dim replaces them all: the SM-count run
-    (head dim 128) and the slices sweep (128 and 256) take those rows from
-    the rows sweep (every head dim), which replaced the lazy-max sweep and the
-    ones before, and from the sweeps of head dims 128 and 256 between them:
-    three tables, the earlier files not cited."""
+    rows; a later sweep of every head dim replaces them all: the head-dim
+    split sweep (128 and 256) takes those rows from the SM-count run and the
+    slices sweep before it, and head dim 64's stay with the rows sweep
+    (every head dim), which replaced the lazy-max sweep and the ones before:
+    two tables, the earlier files not cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
     newest = (
         "bench_prefill_variants_033_h200_rows.json",
-        "bench_prefill_variants_033_h200_sms.json",
-        "bench_prefill_variants_033_h200_slices.json",
+        "bench_prefill_variants_033_h200_dsplit.json",
     )
     earlier = (
+        "bench_prefill_variants_033_h200_sms.json",
+        "bench_prefill_variants_033_h200_slices.json",
         "bench_prefill_variants_033_h200_loads.json",
         "bench_prefill_variants_033_h200_rows64.json",
         "bench_prefill_variants_033_h200_warps12.json",
@@ -755,10 +756,9 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     )
     assert all(f in shapes for f in newest) and not any(f in shapes for f in earlier)
     tables = shapes.split("| head dim | shape |")[1:]
-    assert len(tables) == 3
+    assert len(tables) == 2
     assert "| 64 |" in tables[0] and "| 128 |" not in tables[0]
-    assert "| 128 |" in tables[1] and "| 256 |" not in tables[1]
-    assert "| 256 |" in tables[2] and "| 128 |" not in tables[2]
+    assert "| 128 |" in tables[1] and "| 256 |" in tables[1]
     assert "hd256.w8m1k16c1.s2" in shapes and "hd64.w4m2k64c2.lz" in shapes
     assert "`hd128.w12m1k32c1` (shipped then)" in shapes
 
