@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +373,21 @@ def test_upstream_files_come_from_the_manifest_in_series_order():
         {"t": "passed", "u": "failed", "v": "passed"},
         {"t": "skipped", "u": "failed", "v": "failed"},
     ) == ["v"]
+
+
+def test_a_file_cut_short_by_the_timeout_keeps_what_it_printed(tmp_path):
+    """The log of a file that runs past its time: what its tests printed up
+    to the kill (unbuffered, decoded), and the timeout as its failure."""
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_slow.py").write_text(
+        "import time\n\n\n"
+        "def test_quick():\n    print('quick ran')\n\n\n"
+        "def test_slow():\n    time.sleep(60)\n"
+    )
+    outcome = runner.run_file(tree, "tests/test_slow.py", tmp_path, timeout=8)
+    assert outcome.returncode == 124
+    assert outcome.failures == ["tests/test_slow.py (pytest exit 124)"]
+    # test_quick's progress mark (the log was empty: pytest's block-buffered
+    # output, and the bytes the timeout leaves, were dropped).
+    assert Path(outcome.log).read_text().lstrip().startswith(".")

@@ -118,6 +118,8 @@ def run_file(
     run_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(tree), run_env.get("PYTHONPATH", "")) if p
     )
+    # Unbuffered, so that a file cut short by the timeout keeps what it printed.
+    run_env["PYTHONUNBUFFERED"] = "1"
     try:
         under = [python, "-m", "coverage", "run", f"--rcfile={coverage}"] if coverage else [python]
         proc = subprocess.run(
@@ -145,7 +147,9 @@ def run_file(
         )
         code, log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
-        code, log = 124, (e.stdout or "") if isinstance(e.stdout, str) else ""
+        # What the file printed before the timeout; undecoded on POSIX.
+        out = e.stdout or b""
+        code, log = 124, out if isinstance(out, str) else out.decode(errors="replace")
     log_path = out_dir / (test.replace("/", "__") + ".log")
     log_path.write_text(log)
     outcome = parse_junit(xml, test)
