@@ -718,7 +718,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     op's benchmark, the shapes table the sweep, fastest shape first."""
     ev = evidence.Evidence(REPO)
     attention = benchmarks.attention(ev)
-    assert "bench_prefill_attention_033_h200_20261202_4.json" in attention
+    assert "bench_prefill_attention_033_h200_20261202_5.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
     assert "bench_prefill_variants_033_h200_dsplit.json" in shapes
@@ -868,3 +868,21 @@ def test_the_sitting_block_before_and_after_a_measured_sitting(blobs_root):
     assert "| beside | `gpu/evidence.sh batch` | 6 min 40 s | passed | - |" in text
     assert "| 3 | `gpu/evidence.sh tests` |" in text
     assert "`results/sitting_033_h200_20261202.json`: H200 figure" in text
+    # A step of a sitting run again later does not stand for the sitting:
+    # the block keeps the whole one and says what ran after it.
+    again = results.document(
+        "sitting",
+        {"machine_s": 300.0, "start_s": 40.0, "calls": calls[:2], "limit_s": 900},
+        machine=H200,
+        series={"base": "vllm==0.33.0", "commit": "c", "tree": "t", "files": {}, "files_from": "x"},
+        figures={},
+        date="2026-12-02T06:00:00Z",
+        torch_pin=None,
+    )
+    again["purpose"] = "the backend's tests alone again"
+    results.write(blobs_root / "results" / "sitting_033_h200_20261202_2.json", again)
+    text = blocks.sitting(evidence.Evidence(blobs_root))
+    assert text.startswith("Measured: 13 min 20 s")
+    assert text.rstrip().endswith(
+        "After it: the backend's tests alone again (`results/sitting_033_h200_20261202_2.json`)."
+    )
