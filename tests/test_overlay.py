@@ -145,7 +145,7 @@ def test_pack_gpu_splits_the_wheel_into_two_loads(tmp_path, cache, no_pip):
     assert "wheels/whl/dep-1.0-py3-none-any.whl" in listed and "part1/" in listed
 
 
-def test_part1_is_made_once_per_wheel(tmp_path, cache, no_pip):
+def test_part1_is_made_once_per_wheel_and_piece_size(tmp_path, cache, no_pip, monkeypatch):
     tree = make_tree(tmp_path / "tree")
     add_wheel(cache, "9.1.0", b"core")
     out = tmp_path / "gpu"
@@ -154,6 +154,10 @@ def test_part1_is_made_once_per_wheel(tmp_path, cache, no_pip):
     stamp = core.stat().st_mtime_ns
     overlay.pack_gpu(tree, out, "9.1.0", "b", log=lambda *a: None)
     assert core.stat().st_mtime_ns == stamp
+    # Pieces of another size (overlays/gpu.toml's piece_mib): made anew.
+    monkeypatch.setattr(recipe, "gpu", lambda g=recipe.gpu(): dataclasses.replace(g, piece_bytes=8))
+    overlay.pack_gpu(tree, out, "9.1.0", "c", log=lambda *a: None)
+    assert not core.exists() and (out / "part1-2").is_dir()
 
 
 def test_a_load_over_the_limit_is_refused(tmp_path, cache, no_pip):

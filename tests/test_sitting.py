@@ -80,6 +80,25 @@ def test_the_plan_takes_the_last_measured_sitting(load):
     calls = sitting.plan(root, gpu)
     assert [c.expected_s for c in calls] == [9.0, 9.0, 200.0, sitting.EXPECTED_S["tests"]]
     assert sitting.measured_steps(root)["start"] == 80.0
+    # A whole sitting, then a step of one run again: the whole one is the estimate.
+    for name, date, calls_ in (
+        (
+            "sitting_033_h200_20261202_2.json",
+            "2026-12-02T06:00:00Z",
+            [("bench", 380.0), ("tests", 330.0)],
+        ),
+        ("sitting_033_h200_20261202_3.json", "2026-12-02T07:00:00Z", [("bench", 250.0)]),
+    ):
+        (root / "results" / name).write_text(
+            json.dumps(
+                {
+                    "date": date,
+                    "start_s": 40.0,
+                    "calls": [{"step": k, "seconds": v} for k, v in calls_],
+                }
+            )
+        )
+    assert sitting.measured_steps(root) == {"bench": 380.0, "tests": 330.0, "start": 40.0}
 
 
 def returned(folder: Path, step: str, members: dict[str, dict | str]) -> None:

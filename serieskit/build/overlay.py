@@ -108,8 +108,9 @@ def pack_gpu(
     gpu = recipe.gpu()
     wheel, wheel_sha = base.fetch(gpu.wheel.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
-    source = p1 / "SOURCE"
-    fresh = not (source.exists() and source.read_text().strip() == wheel_sha)
+    # part1 depends on the wheel and the size of its pieces alone: made once.
+    source, made_from = p1 / "SOURCE", f"{wheel_sha} {gpu.piece_bytes}"
+    fresh = not (source.exists() and source.read_text().strip() == made_from)
     for d in (*out.glob("part1-*"), p1, p2) if fresh else (p2,):
         shutil.rmtree(d, ignore_errors=True)
     for d in out.glob("wheels*"):  # the list may have changed: made anew
@@ -117,13 +118,13 @@ def pack_gpu(
     for d in (p1, p2) if fresh else (p2,):
         d.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as z:
-        if fresh:  # part1 depends on the wheel alone: made once
+        if fresh:
             log(f"gpu: compressing {gpu.core} (about a minute)")
             xz = p1 / (Path(gpu.core).name + ".xz")
             with z.open(gpu.core) as src, lzma.open(xz, "wb", preset=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             _split_for_runs(xz, out)
-            source.write_text(wheel_sha + "\n")
+            source.write_text(made_from + "\n")
         with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
             for info in z.infolist():
                 name = info.filename

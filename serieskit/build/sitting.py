@@ -82,10 +82,14 @@ def tree_bytes(root: Path) -> int:
 
 def measured_steps(root: Path) -> dict[str, float]:
     """Seconds per step of the newest measured sitting (results/sitting_*.json),
-    the machine's start as ``start``; {} where none was measured."""
+    a whole one (that reached its `tests` call) before a step run again; the
+    machine's start as ``start``; {} where none was measured."""
     found = sorted(
         (json.loads(p.read_text()) for p in (root / "results").glob("sitting_*.json")),
-        key=lambda d: str(d.get("date")),
+        key=lambda d: (
+            any(c.get("step") == "tests" for c in d.get("calls", [])),
+            str(d.get("date")),
+        ),
     )
     if not found:
         return {}
