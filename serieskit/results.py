@@ -355,6 +355,12 @@ def document(
     return {**head, **rest}
 
 
+def whole_sitting(doc: Mapping) -> bool:
+    """A sitting's document that reached its `tests` call (``nox -s
+    evidence``), not a step of one run again."""
+    return any(isinstance(c, dict) and c.get("step") == "tests" for c in doc.get("calls") or [])
+
+
 def write(path: Path, doc: dict) -> None:
     problems = validate(doc)
     if problems:

@@ -86,10 +86,7 @@ def measured_steps(root: Path) -> dict[str, float]:
     machine's start as ``start``; {} where none was measured."""
     found = sorted(
         (json.loads(p.read_text()) for p in (root / "results").glob("sitting_*.json")),
-        key=lambda d: (
-            any(c.get("step") == "tests" for c in d.get("calls", [])),
-            str(d.get("date")),
-        ),
+        key=lambda d: (results.whole_sitting(d), str(d.get("date"))),
     )
     if not found:
         return {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from serieskit import results
 from serieskit.checks import benchmarks
 from serieskit.checks.benchmarks import missing
 from serieskit.checks.evidence import (
@@ -465,18 +466,13 @@ def commands_timing(ev: Evidence) -> str:
     return "\n\n".join([lead, *loaded])
 
 
-def _whole(run: Run) -> bool:
-    """A sitting that reached its `tests` call, not a step run again."""
-    return any(isinstance(c, dict) and c.get("step") == "tests" for c in run.doc.get("calls") or [])
-
-
 def sitting(ev: Evidence) -> str:
     """The newest whole sitting of the GPU machine (``nox -s evidence``):
     each call's time, and the GPU time from the machine's start to the end
     of its last call against the time a sitting may take; then what ran
     again after it (a step of a sitting alone), by its purpose."""
     sittings = [r for r in ev.runs if r.doc.get("kind") == "sitting"]
-    run = ev.newest(filter(_whole, sittings)) or ev.newest(sittings)
+    run = ev.newest(r for r in sittings if results.whole_sitting(r.doc)) or ev.newest(sittings)
     if run is None:
         return (
             "Not measured yet: no sitting has run (`nox -s evidence -- --collect` writes "
@@ -520,7 +516,7 @@ def sitting(ev: Evidence) -> str:
     again = [
         f"After it: {r.doc.get('purpose') or 'a part of a sitting'} (`results/{r.name}`)."
         for r in sorted(sittings, key=lambda r: (r.date, r.name))
-        if (r.date, r.name) > (run.date, run.name) and not _whole(r)
+        if (r.date, r.name) > (run.date, run.name) and not results.whole_sitting(r.doc)
     ]
     return "\n".join([*out, "", f"{run.caption()}.{end}", *(["", *again] if again else [])])
 
