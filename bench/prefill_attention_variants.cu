@@ -105,7 +105,8 @@ struct Variant {
 
 struct Entry {
   const char* traits;
-  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets;
+  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
+      rows;
   bool lazy_max, shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
@@ -121,6 +122,7 @@ struct Entry {
         __VA_ARGS__::kMinCtasPerSm,        \
         __VA_ARGS__::kSmemBytes,           \
         __VA_ARGS__::kScoreSets,           \
+        __VA_ARGS__::kRows,                \
         __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
@@ -145,8 +147,8 @@ int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
-// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1);
-// -1 for an index out of range.
+// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1),
+// packed query rows per CTA; -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -161,6 +163,7 @@ int sm75v_shape(int i, int* out) {
   out[8] = e.smem_bytes;
   out[9] = e.score_sets;
   out[10] = e.lazy_max ? 1 : 0;
+  out[11] = e.rows;
   return 0;
 }
 

@@ -193,9 +193,9 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 11)()
+        s = (ctypes.c_int * 12)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)
         out.append(
             {
                 "index": i,
@@ -220,6 +220,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "dynamic_shared_bytes": smem,
                 "score_sets": sets,
                 "lazy_max": bool(lazy),
+                "rows_per_cta": rows,
             }
         )
     return out
@@ -288,8 +289,7 @@ def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) ->
         # Kept alive beside the params, which hold their pointers.
         out, scratch = torch.empty_like(inp["query"]), scratch_for(torch, inp["query"])
         p = params_for(torch, inp, out, None, scratch)
-        rows_per_cta = v["warps"] * v["row_tiles_per_warp"] * 16
-        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / rows_per_cta) * KV_HEADS
+        ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / v["rows_per_cta"]) * KV_HEADS
         for n in sms:
             splits = splits_for(ctas, n * v["min_ctas_per_sm"])
             t = timed_on(n, launcher(torch, lib, v["index"], p, splits), 10)

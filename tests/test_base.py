@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from conftest import BASE_FILES, add_release, make_sdist, quiet
+from conftest import BASE_FILES, REPO_ROOT, add_release, make_sdist, quiet
 from serieskit import git
 from serieskit.errors import ToolkitError
 from serieskit.series import base
@@ -180,7 +182,32 @@ def test_a_download_keeps_no_second_copy_in_pips_cache():
     """The sdist and the released wheel are kept in the toolkit's cache; pip's
     session, which would keep another copy of each (336 MB for the wheel),
     has no cache (issue 39)."""
-    from serieskit.series import _pipfetch
+    # In a process of its own, as the toolkit runs it: pip imported into a
+    # pytest worker on Python 3.11 turns setuptools' distutils off for the
+    # rest of it (_distutils_hack's spec_for_pip), and a later test that
+    # imports setuptools (torch.utils.cpp_extension: test_build.py) fails.
+    probe = (
+        "from serieskit.series import _pipfetch; "
+        "print(_pipfetch._finder_and_session()[1].cache_dir)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
 
-    _, options = _pipfetch._finder_and_session()
-    assert options.cache_dir is False
+
+def test_looking_for_pip_leaves_setuptools_importable():
+    """Linking the module imports setuptools (torch.utils.cpp_extension) in a
+    process that may have looked for pip first: on Python 3.11 a lookup of
+    "pip" through the import system turned setuptools' own distutils off, and
+    that import failed."""
+    probe = (
+        "from serieskit.series import base; base._pip_python(); "
+        "import setuptools, distutils.core; print(distutils.core.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    if sys.version_info < (3, 12):
+        assert "_distutils" in out.stdout  # setuptools' copy, as it expects

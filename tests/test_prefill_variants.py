@@ -59,6 +59,8 @@ def test_shapes_are_turing_shapes_with_the_shipped_one_first(built):
         # Every shape fits a Turing SM at least once, or timing it says nothing.
         smem = v["dynamic_shared_bytes"]
         assert smem == 2 * 2 * v["keys_per_tile"] * v["head_dim"] * 2, v["name"]
+        # The kernel's own rows per CTA, which the SM-limited runs' splits count.
+        assert v["rows_per_cta"] == 16 * v["warps"] * v["row_tiles_per_warp"], v["name"]
         assert st.turing_ctas_per_sm(u.registers, 32 * v["warps"], smem) >= 1, v["name"]
         if v["shipped"]:
             assert (u.spill_stores, u.spill_loads) == (0, 0), v["name"]

@@ -78,7 +78,9 @@ def test_a_check_left_by_a_killed_one_is_removed_and_said(root, cache):
 
 def index(monkeypatch, *on_index: str) -> list[str]:
     """The package index holds ``on_index``; returns the specifiers asked for."""
-    from pip._vendor.packaging.specifiers import SpecifierSet
+    # pytest's own dependency: importing pip here would, on Python 3.11, turn
+    # setuptools' distutils off for the rest of the worker (see test_base.py).
+    from packaging.specifiers import SpecifierSet
 
     asked: list[str] = []
 

@@ -11,7 +11,7 @@ every machine; the pin records it and every import is checked against it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.metadata
 import json
 import os
 import re
@@ -288,8 +288,15 @@ def _read_sidecar(path: Path) -> str | None:
 
 
 def _pip_python() -> str:
-    if importlib.util.find_spec("pip") is not None:
+    # Asked of the installed distributions, not the import system: a lookup of
+    # "pip" through it makes setuptools' finder (Python 3.11) turn its own
+    # distutils off for the rest of the process, and a later import of
+    # setuptools there (linking the module: torch.utils.cpp_extension) fails.
+    try:
+        importlib.metadata.version("pip")
         return sys.executable
+    except importlib.metadata.PackageNotFoundError:
+        pass
     for cand in ("python3", "python"):
         exe = shutil.which(cand)
         if exe and subprocess.run([exe, "-c", "import pip"], capture_output=True).returncode == 0:
