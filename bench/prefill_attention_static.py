@@ -70,6 +70,12 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
             extra += [f"s{value}"] if value != "1" else []
         elif i == 1:
             extra += ["lz"] if value == "1" else []
+        elif i == 2:
+            extra += [f"a{value}"] if value != "0" else []
+        elif i == 3:
+            extra += [f"q{value}"] if value != "0" else []
+        elif i == 4:
+            extra += [f"u{value}"] if value != "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 

@@ -89,6 +89,9 @@ def traits_key(shape: dict) -> tuple:
         + ((f"ld{shape['load_path']}",) if shape.get("load_path") else ())
         + ((f"sl{shape['slices']}",) if shape.get("slices", 1) > 1 else ())
         + ((f"d{shape['dim_split']}",) if shape.get("dim_split", 1) > 1 else ())
+        + ((f"a{shape['lookup_ahead']}",) if shape.get("lookup_ahead") else ())
+        + ((f"q{shape['q_smem_chunks']}",) if shape.get("q_smem_chunks") else ())
+        + ((f"u{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
     )
 
 
@@ -193,9 +196,10 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 12)()
+        s = (ctypes.c_int * 15)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)[:12]
+        ahead, q_smem, unroll = list(s)[12:]
         out.append(
             {
                 "index": i,
@@ -207,7 +211,10 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + ("" if sets == 1 else f".s{sets}")
-                + (".lz" if lazy else ""),
+                + (".lz" if lazy else "")
+                + (f".a{ahead}" if ahead else "")
+                + (f".q{q_smem}" if q_smem else "")
+                + (f".u{unroll}" if unroll > 1 else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -221,6 +228,9 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "score_sets": sets,
                 "lazy_max": bool(lazy),
                 "rows_per_cta": rows,
+                "lookup_ahead": ahead,
+                "q_smem_chunks": q_smem,
+                "unroll": unroll,
             }
         )
     return out
