@@ -73,9 +73,7 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
         elif i == 2:
             extra += [f"a{value}"] if value != "0" else []
         elif i == 3:
-            extra += [f"q{value}"] if value != "0" else []
-        elif i == 4:
-            extra += [f"u{value}"] if value != "1" else []
+            extra += [f"r{value}"] if value != "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 
 
@@ -137,10 +135,11 @@ def _target(args: str) -> int:
     return int(m.group(1), 16) if m else -1
 
 
-def key_loop(ins: list[tuple[int, str, str, str]]) -> dict | None:
-    """The census of the loop around the most HMMAs: all of it, and its common
-    path without the conditional blocks that hold no MMA, load, store or
-    barrier (the causal mask and the rescale)."""
+def key_loop(ins: list[tuple[int, str, str, str]], hmma_per_tile: int) -> dict | None:
+    """The census of the loop around the most HMMAs, per key tile (a loop
+    unrolled by two tiles holds twice ``hmma_per_tile``): all of it, and its
+    common path without the conditional blocks that hold no MMA, load, store
+    or barrier (the causal mask and the rescale)."""
     best = None
     for addr, _, op, args in ins:
         if op == "BRA" and 0 <= _target(args) < addr:
@@ -162,10 +161,12 @@ def key_loop(ins: list[tuple[int, str, str, str]]) -> dict | None:
     common = total.copy()
     for _, _, block in outer:
         common.subtract(op_class(x[2]) for x in block)
+    tiles = max(1, round(best[0] / hmma_per_tile))
     return {
-        "instructions": sum(total.values()),
-        "common_path": sum(common.values()),
-        "common_path_by_class": dict(sorted((k, v) for k, v in common.items() if v)),
+        "tiles_per_trip": tiles,
+        "instructions": round(sum(total.values()) / tiles),
+        "common_path": round(sum(common.values()) / tiles),
+        "common_path_by_class": {k: round(v / tiles) for k, v in sorted(common.items()) if v},
         "conditional_blocks": [len(b) for _, _, b in outer],
     }
 
@@ -219,7 +220,8 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
         threads = 32 * warps
         smem = 2 * 2 * keys * hd * 2  # 2 stages x (K + V) x keys x head dim x fp16
         ins = funcs.get(u.function, [])
-        loop = key_loop(ins)
+        hmma_per_tile = (2 * hd * keys * 16 * mtiles) // (16 * 8 * 8)
+        loop = key_loop(ins, hmma_per_tile)
         rows.append(
             {
                 "head_dim": hd,
@@ -246,7 +248,7 @@ def analyse(report: build.Report, sass: str, sm90: dict[str, build.Usage]) -> li
                 }
                 if u.function in sm90
                 else None,
-                "hmma_per_warp_per_tile": (2 * hd * keys * 16 * mtiles) // (16 * 8 * 8),
+                "hmma_per_warp_per_tile": hmma_per_tile,
                 "key_loop_per_warp_per_tile": loop,
             }
         )

@@ -28,20 +28,21 @@ namespace {
 // head dim ships without it and the full update where it ships with it, the
 // single set of S accumulators at head dim 256, and 32-key tiles there
 // (which spill).
-#define SM75_VARIANTS(X)                                              \
-  X(Hd64)                                                             \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 1>)           \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 0, 0, 2>)     \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 1, 0, 2>)     \
-  X(Hd128)                                                            \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 0, 0, 2>)  \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>)            \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true, 0, 0, 2>)   \
-  X(Hd256)                                                            \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 2>)         \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 0, 0, 2>)   \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 2, 0, 2>)   \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 1, 0, 2>)
+#define SM75_VARIANTS(X)                                             \
+  X(Hd64)                                                            \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true>)             \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 2>)          \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)             \
+  X(Hd128)                                                           \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>)           \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 1>)       \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 0, 2>)    \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)                     \
+  X(Hd256)                                                           \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)                  \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 2>)        \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 0, 2>)     \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)
 
 template <class T>
 struct Variant {
@@ -107,7 +108,7 @@ struct Variant {
 struct Entry {
   const char* traits;
   int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
-      rows, lookup_ahead, q_smem_chunks, unroll;
+      rows, lookup_ahead, unroll;
   bool lazy_max, shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
@@ -125,7 +126,6 @@ struct Entry {
         __VA_ARGS__::kScoreSets,           \
         __VA_ARGS__::kRows,                \
         __VA_ARGS__::kLookupAhead,         \
-        __VA_ARGS__::kQSmemChunks,         \
         __VA_ARGS__::kUnroll,              \
         __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
@@ -169,8 +169,7 @@ int sm75v_shape(int i, int* out) {
   out[10] = e.lazy_max ? 1 : 0;
   out[11] = e.rows;
   out[12] = e.lookup_ahead;
-  out[13] = e.q_smem_chunks;
-  out[14] = e.unroll;
+  out[13] = e.unroll;
   return 0;
 }
 

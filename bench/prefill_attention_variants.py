@@ -82,6 +82,7 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
     rows = []
     for v in variants(lib):
         u = by_traits[traits_key(v)]
+        hmma_per_tile = v["head_dim"] * v["keys_per_tile"] * v["row_tiles_per_warp"] // 32
         rows.append(
             {
                 **v,
@@ -91,11 +92,10 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
                 "turing_ctas_per_sm": st.turing_ctas_per_sm(
                     u.registers, 32 * v["warps"], v["dynamic_shared_bytes"]
                 ),
-                "hmma_per_warp_per_tile": v["head_dim"]
-                * v["keys_per_tile"]
-                * v["row_tiles_per_warp"]
-                // 32,
-                "key_loop_per_warp_per_tile": st.key_loop(funcs.get(u.function, [])),
+                "hmma_per_warp_per_tile": hmma_per_tile,
+                "key_loop_per_warp_per_tile": st.key_loop(
+                    funcs.get(u.function, []), hmma_per_tile
+                ),
             }
         )
     return rows

@@ -91,7 +91,7 @@ def traits_key(shape: dict) -> tuple:
         + ((f"d{shape['dim_split']}",) if shape.get("dim_split", 1) > 1 else ())
         + ((f"a{shape['lookup_ahead']}",) if shape.get("lookup_ahead") else ())
         + ((f"q{shape['q_smem_chunks']}",) if shape.get("q_smem_chunks") else ())
-        + ((f"u{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
+        + ((f"r{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
     )
 
 
@@ -196,10 +196,10 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 15)()
+        s = (ctypes.c_int * 14)()
         lib.sm75v_shape(i, s)
         hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)[:12]
-        ahead, q_smem, unroll = list(s)[12:]
+        ahead, unroll = list(s)[12:]
         out.append(
             {
                 "index": i,
@@ -213,8 +213,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 + ("" if sets == 1 else f".s{sets}")
                 + (".lz" if lazy else "")
                 + (f".a{ahead}" if ahead else "")
-                + (f".q{q_smem}" if q_smem else "")
-                + (f".u{unroll}" if unroll > 1 else ""),
+                + (f".r{unroll}" if unroll > 1 else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -229,7 +228,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "lazy_max": bool(lazy),
                 "rows_per_cta": rows,
                 "lookup_ahead": ahead,
-                "q_smem_chunks": q_smem,
                 "unroll": unroll,
             }
         )
