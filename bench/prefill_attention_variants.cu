@@ -21,13 +21,14 @@ namespace vllm::sm7x {
 namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-// SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max]]>.
-// The shipped traits come first per head dim; the rest are the shapes that
-// fit a Turing SM beside them: the previous revisions' (32-key tiles at head
-// dim 64, 8 warps with 64-key tiles at head dim 128), the lazy max where a
-// head dim ships without it and the full update where it ships with it, the
-// single set of S accumulators at head dim 256, and 32-key tiles there
-// (which spill).
+// SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max[,
+// lookups ahead[, tiles per loop trip]]]]>. The shipped traits come first
+// per head dim; the rest are the shapes that fit a Turing SM beside them:
+// each shape the shipped one replaced (head dims 64 and 256 without the
+// block-table lookups a tile ahead and the unrolled loop), each of those
+// options alone or in its other place, the lazy max at head dim 128, the
+// previous revisions' 32-key tiles at head dim 64 and 8 warps with 64-key
+// tiles at head dim 128, and one set of S accumulators at head dim 256.
 #define SM75_VARIANTS(X)                                             \
   X(Hd64)                                                            \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true>)             \
