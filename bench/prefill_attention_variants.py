@@ -93,9 +93,7 @@ def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[d
                     u.registers, 32 * v["warps"], v["dynamic_shared_bytes"]
                 ),
                 "hmma_per_warp_per_tile": hmma_per_tile,
-                "key_loop_per_warp_per_tile": st.key_loop(
-                    funcs.get(u.function, []), hmma_per_tile
-                ),
+                "key_loop_per_warp_per_tile": st.key_loop(funcs.get(u.function, []), hmma_per_tile),
             }
         )
     return rows
