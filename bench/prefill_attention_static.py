@@ -42,10 +42,10 @@ from serieskit.series import series  # noqa: E402
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-# SM, shared lookups, XOR addressing, S accumulator sets, lazy max> in the
-# kernel's mangled name. Older names still parse: before 2026-12-02 there were
-# seven; the series at df72e25 had another eighth, a flag (the overlapped key
-# loop), measured slower and dropped.
+# SM, shared lookups, XOR addressing, S accumulator sets, lazy max, lookups
+# ahead, tiles per loop trip> in the kernel's mangled name. Older names still
+# parse: before 2026-12-02 there were seven; the series at df72e25 had another
+# eighth, a flag (the overlapped key loop), measured slower and dropped.
 TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
 TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
@@ -55,9 +55,11 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     """The traits in a kernel's mangled name: seven numbers, then a tag for
     each later parameter that is not its default ("s2": two sets of S
     accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
-    max). So a shipped shape has the same traits in every revision. The
-    dropped sweep options (the ping-pong, steps per tile) are named in their
-    sweeps' results files, never parsed again from a build."""
+    max, "a1" / "a2": the block-table lookups a tile ahead, "r2": the key
+    loop unrolled by two tiles). So a shipped shape has the same traits in
+    every revision. The dropped sweep options (the ping-pong, steps per tile)
+    are named in their sweeps' results files, never parsed again from a
+    build."""
     m = TRAITS.search(function)
     if not m:
         return None
