@@ -153,7 +153,8 @@ int sm75v_count() { return kCount; }
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
 // 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1),
-// packed query rows per CTA; -1 for an index out of range.
+// packed query rows per CTA, where the lookups are read ahead (0 to 2),
+// key tiles per loop trip; -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];

@@ -76,7 +76,8 @@ def traits_key(shape: dict) -> tuple:
     which may name options measured and dropped on 2026-12-02: the ping-pong,
     steps per tile, K/V loads without L1 allocation or through another cache
     path, staged loads in slices, the head dim split across a pair of
-    warps) as prefill_attention_static.traits_of reads it from the kernel's
+    warps, Q in shared memory) as prefill_attention_static.traits_of reads
+    it from the kernel's
     name: the later options only where not their defaults."""
     sets, steps = shape.get("score_sets", 1), shape.get("sub_tiles", 1)
     return (
