@@ -273,20 +273,21 @@ def run_on_turing_sms(row: dict, kern, head: int, q_len: int, sms, reps, ceiling
     count, which a green context does not change)."""
     ctas = math.ceil(q_len * HEADS // KV_HEADS / ROWS_PER_CTA[head]) * KV_HEADS
     for n in sms:
-        splits = splits_for(ctas, n * TURING_CTAS_PER_SM[head])
+        splits, whole = splits_for(ctas, n * TURING_CTAS_PER_SM[head])
         try:
-            t = on_sms(n, kern(splits), max(5, reps // 3))
+            t = on_sms(n, kern(splits, whole), max(5, reps // 3))
         except Exception as e:  # no green contexts in this torch / driver
             row.setdefault("on_sms", {})[str(n)] = {"error": f"{type(e).__name__}: {e}"}
             print(f"d{head:3d} on {n} SMs: not run ({type(e).__name__}: {e})", flush=True)
             continue
-        t["splits"] = splits
+        t["splits"], t["whole_ctas"] = splits, whole
         t["tflops"] = row["flops"] / (t["median_ms"] * 1e-3) / 1e12
         # Against the ceiling scaled to the SMs the kernel had.
         t["fraction_of_mma_ceiling"] = t["tflops"] / (ceiling["tflops"] * n / device_sms)
         row.setdefault("on_sms", {})[str(n)] = t
         print(
-            f"d{head:3d} {q_len:5d} on {n:3d} SMs, {splits} splits: {t['median_ms']:8.3f} ms "
+            f"d{head:3d} {q_len:5d} on {n:3d} SMs, {splits} splits after {whole} whole CTAs: "
+            f"{t['median_ms']:8.3f} ms "
             f"({100 * t['fraction_of_mma_ceiling']:.1f} % of the ceiling for {n} SMs)",
             flush=True,
         )
@@ -302,7 +303,7 @@ def run_case(
     flops = causal_flops(q_len, ctx, head)
     row: dict = {"head_dim": head, "query_len": q_len, "context_len": ctx, "flops": flops}
 
-    def kern(splits: int):
+    def kern(splits: int, split_from: int = 0):
         return lambda: kernel(
             out,
             inp["query"],
@@ -313,6 +314,7 @@ def run_case(
             inp["seq_lens"],
             inp["scale"],
             num_splits=splits,
+            split_from=split_from,
         )
 
     reps = reps if ctx + q_len < 120_000 else max(10, reps // 2)

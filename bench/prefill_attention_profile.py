@@ -87,7 +87,7 @@ def main() -> int:
             "python3 bench/prefill_attention_variants.py --tree TREE --build LIB)"
         )
     import torch
-    from prefill_attention import make_inputs
+    from prefill_attention import KV_HEADS, make_inputs
     from sm75_prefill_lib import launcher, load, params_for, scratch_for, variants
 
     lib = load(a.lib)
@@ -104,7 +104,9 @@ def main() -> int:
     v = want[0]
     inp = make_inputs(a.query, a.context, v["head_dim"])
     out = torch.empty_like(inp["query"])
-    p = params_for(torch, inp, out, None, scratch_for(torch, inp["query"]))
+    # Kept alive beside the params, which hold its pointer (the run is unsplit).
+    scratch = scratch_for(torch, inp["query"], 1, KV_HEADS)
+    p = params_for(torch, inp, out, None, scratch)
     launch = launcher(torch, lib, v["index"], p, 1)
     for _ in range(2):  # the warm-up, then the one to profile (--launch-skip 1)
         launch()

@@ -56,10 +56,10 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     each later parameter that is not its default ("s2": two sets of S
     accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
     max, "a1" / "a2": the block-table lookups a tile ahead, "r2": the key
-    loop unrolled by two tiles). So a shipped shape has the same traits in
-    every revision. The dropped sweep options (the ping-pong, steps per tile)
-    are named in their sweeps' results files, never parsed again from a
-    build."""
+    loop unrolled by two tiles, in the builds of 2026-12-02 that had it). So a
+    shipped shape has the same traits in every revision. The dropped sweep
+    options (the ping-pong, steps per tile) are named in their sweeps'
+    results files, never parsed again from a build."""
     m = TRAITS.search(function)
     if not m:
         return None
@@ -74,7 +74,7 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
             extra += ["lz"] if value == "1" else []
         elif i == 2:
             extra += [f"a{value}"] if value != "0" else []
-        elif i == 3:
+        elif i == 3:  # the unrolled loop's tiles per trip, in its builds
             extra += [f"r{value}"] if value != "1" else []
     return tuple(int(v) for _, v in args[:7]) + tuple(extra)
 

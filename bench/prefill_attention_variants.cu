@@ -14,6 +14,8 @@
 
 #include "paged_prefill_attention_sm75.cu"
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <type_traits>
 
@@ -22,27 +24,24 @@ namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
 // SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max[,
-// lookups ahead[, tiles per loop trip]]]]>. The shipped traits come first
-// per head dim; the rest are the shapes that fit a Turing SM beside them:
-// each shape the shipped one replaced (head dims 64 and 256 without the
-// block-table lookups a tile ahead and the unrolled loop), each of those
-// options alone or in its other place, the lazy max at head dim 128, the
-// previous revisions' 32-key tiles at head dim 64 and 8 warps with 64-key
-// tiles at head dim 128, and one set of S accumulators at head dim 256.
-#define SM75_VARIANTS(X)                                             \
-  X(Hd64)                                                            \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true>)             \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 2>)          \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)             \
-  X(Hd128)                                                           \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>)           \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 1>)       \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 0, 2>)    \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)                     \
-  X(Hd256)                                                           \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)                  \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 2>)        \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2, false, 0, 2>)     \
+// lookups ahead]]]>. The shipped traits come first per head dim; the rest
+// are the shapes that fit a Turing SM beside them: each shape the shipped
+// one replaced (head dims 64 and 256 without the block-table lookups a tile
+// ahead), the lookups in their other place at head dim 64 and a tile ahead
+// at head dim 128, the lazy max at head dim 128, the previous revisions'
+// 32-key tiles at head dim 64 and 8 warps with 64-key tiles at head dim 128,
+// and one set of S accumulators at head dim 256.
+#define SM75_VARIANTS(X)                                       \
+  X(Hd64)                                                      \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true>)       \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 2>)    \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)       \
+  X(Hd128)                                                     \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>)     \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 1>) \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)               \
+  X(Hd256)                                                     \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)            \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true>)
 
 template <class T>
@@ -71,10 +70,10 @@ struct Variant {
     return e;
   }
 
-  // The split count that splits 0 stands for: the launcher's rule over this
+  // The split that splits 0 stands for: the launcher's rule over this
   // shape's CTAs and occupancy.
-  static cudaError_t auto_splits(const PagedPrefillAttentionParams& p,
-                                 int* splits) {
+  static cudaError_t auto_split(const PagedPrefillAttentionParams& p,
+                                PagedPrefillSplit* split) {
     int info[5];
     const cudaError_t e = attributes(info);
     if (e != cudaSuccess) return e;
@@ -84,24 +83,27 @@ struct Variant {
     // The shape's own CTA count: rows per CTA vary across the shapes.
     const int64_t rows =
         static_cast<int64_t>(p.num_tokens) * (p.num_heads / p.num_kv_heads);
-    *splits = paged_prefill_attention_sm75_splits_for(
+    *split = paged_prefill_attention_sm75_split_for(
         (rows + T::kRows - 1) / T::kRows * p.num_kv_heads,
         static_cast<int64_t>(sms) * (info[2] > 0 ? info[2] : 1));
     return cudaSuccess;
   }
-
   // What paged_prefill_attention_sm75 does for its own traits, for these:
   // the shared-memory opt-in, the fields the launcher derives, and the
-  // automatic split (splits 0) or the split asked for.
+  // automatic split (splits 0) or the split asked for (the first split_from
+  // CTAs whole).
   static cudaError_t run(PagedPrefillAttentionParams p, int splits,
-                         cudaStream_t stream) {
-    int auto_count = 1;
-    const cudaError_t e = auto_splits(p, &auto_count);
-    if (e != cudaSuccess) return e;
-    p.num_splits = splits == 0 ? auto_count : splits;
+                         int64_t split_from, cudaStream_t stream) {
+    PagedPrefillSplit split{splits, split_from};
+    if (splits == 0) {
+      const cudaError_t e = auto_split(p, &split);
+      if (e != cudaSuccess) return e;
+    }
     p.page_shift = __builtin_ctz(static_cast<unsigned>(p.page_size));
     p.scale_log2 = p.softmax_scale * kLog2e;
     p.group = p.num_heads / p.num_kv_heads;
+    p.num_splits = split.splits;
+    p.split_from = static_cast<int>(std::min<int64_t>(split.whole, INT32_MAX));
     return launch<T>(p, stream);
   }
 };
@@ -109,11 +111,12 @@ struct Variant {
 struct Entry {
   const char* traits;
   int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
-      rows, lookup_ahead, unroll;
+      rows, lookup_ahead;
   bool lazy_max, shared_lookups, xor_addressing, shipped;
   cudaError_t (*attributes)(int*);
-  cudaError_t (*run)(PagedPrefillAttentionParams, int, cudaStream_t);
-  cudaError_t (*auto_splits)(const PagedPrefillAttentionParams&, int*);
+  cudaError_t (*run)(PagedPrefillAttentionParams, int, int64_t, cudaStream_t);
+  cudaError_t (*auto_split)(const PagedPrefillAttentionParams&,
+                            PagedPrefillSplit*);
 };
 
 #define SM75_ENTRY(...)                    \
@@ -127,14 +130,13 @@ struct Entry {
         __VA_ARGS__::kScoreSets,           \
         __VA_ARGS__::kRows,                \
         __VA_ARGS__::kLookupAhead,         \
-        __VA_ARGS__::kUnroll,              \
         __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
         Variant<__VA_ARGS__>::shipped(),   \
         &Variant<__VA_ARGS__>::attributes, \
         &Variant<__VA_ARGS__>::run,        \
-        &Variant<__VA_ARGS__>::auto_splits},
+        &Variant<__VA_ARGS__>::auto_split},
 
 const Entry kEntries[] = {SM75_VARIANTS(SM75_ENTRY)};
 constexpr int kCount = sizeof(kEntries) / sizeof(kEntries[0]);
@@ -153,8 +155,8 @@ int sm75v_count() { return kCount; }
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
 // 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1),
-// packed query rows per CTA, where the lookups are read ahead (0 to 2),
-// key tiles per loop trip; -1 for an index out of range.
+// packed query rows per CTA, where the lookups are read ahead (0 to 2); -1
+// for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -171,7 +173,6 @@ int sm75v_shape(int i, int* out) {
   out[10] = e.lazy_max ? 1 : 0;
   out[11] = e.rows;
   out[12] = e.lookup_ahead;
-  out[13] = e.unroll;
   return 0;
 }
 
@@ -188,24 +189,28 @@ int sm75v_attributes(int i, int* out) {
   return e;
 }
 
-// The split count that splits 0 picks for these params on the current device
-// (-1 where the device cannot run the shape).
-int sm75v_auto_splits(int i, const PagedPrefillAttentionParams* p) {
-  int splits = -1;
+// The split that splits 0 picks for these params on the current device: the
+// split count (-1 where the device cannot run the shape), and in *whole how
+// many of the grid's first CTAs run whole.
+int sm75v_auto_split(int i, const PagedPrefillAttentionParams* p,
+                     int64_t* whole) {
+  vllm::sm7x::PagedPrefillSplit split;
   if (i < 0 || i >= kCount ||
-      kEntries[i].auto_splits(*p, &splits) != cudaSuccess) {
+      kEntries[i].auto_split(*p, &split) != cudaSuccess) {
     cudaGetLastError();
     return -1;
   }
-  return splits;
+  *whole = split.whole;
+  return split.splits;
 }
 
-// Launches variant i on `stream` (splits 0: automatic). Returns a cudaError_t.
+// Launches variant i on `stream` (splits 0: automatic; a forced split runs
+// the first split_from CTAs whole). Returns a cudaError_t.
 int sm75v_launch(int i, const PagedPrefillAttentionParams* p, int splits,
-                 void* stream) {
+                 int64_t split_from, void* stream) {
   if (i < 0 || i >= kCount || p == nullptr) return cudaErrorInvalidValue;
-  const cudaError_t e =
-      kEntries[i].run(*p, splits, static_cast<cudaStream_t>(stream));
+  const cudaError_t e = kEntries[i].run(*p, splits, split_from,
+                                        static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) cudaGetLastError();
   return e;
 }
@@ -216,23 +221,38 @@ int sm75v_params_layout(int64_t* out, int n) {
   const int64_t layout[] = {
       sizeof(PagedPrefillAttentionParams),
 #define SM75_OFFSET(f) offsetof(PagedPrefillAttentionParams, f),
-      SM75_OFFSET(query) SM75_OFFSET(query_stride_token) SM75_OFFSET(
-          query_stride_head) SM75_OFFSET(key_cache) SM75_OFFSET(value_cache)
-          SM75_OFFSET(cache_stride_block) SM75_OFFSET(cache_stride_slot)
-              SM75_OFFSET(cache_stride_head) SM75_OFFSET(block_table)
-                  SM75_OFFSET(block_table_stride) SM75_OFFSET(cu_seqlens_q)
-                      SM75_OFFSET(seq_lens) SM75_OFFSET(out) SM75_OFFSET(
-                          out_stride_token) SM75_OFFSET(out_stride_head)
-                          SM75_OFFSET(lse) SM75_OFFSET(num_splits)
-                              SM75_OFFSET(part_out) SM75_OFFSET(part_lse)
-                                  SM75_OFFSET(num_seqs) SM75_OFFSET(num_tokens)
-                                      SM75_OFFSET(num_heads) SM75_OFFSET(
-                                          num_kv_heads) SM75_OFFSET(head_dim)
-                                          SM75_OFFSET(page_size)
-                                              SM75_OFFSET(page_shift)
-                                                  SM75_OFFSET(softmax_scale)
-                                                      SM75_OFFSET(scale_log2)
-                                                          SM75_OFFSET(group)
+      // clang-format off
+      SM75_OFFSET(query)
+      SM75_OFFSET(query_stride_token)
+      SM75_OFFSET(query_stride_head)
+      SM75_OFFSET(key_cache)
+      SM75_OFFSET(value_cache)
+      SM75_OFFSET(cache_stride_block)
+      SM75_OFFSET(cache_stride_slot)
+      SM75_OFFSET(cache_stride_head)
+      SM75_OFFSET(block_table)
+      SM75_OFFSET(block_table_stride)
+      SM75_OFFSET(cu_seqlens_q)
+      SM75_OFFSET(seq_lens)
+      SM75_OFFSET(out)
+      SM75_OFFSET(out_stride_token)
+      SM75_OFFSET(out_stride_head)
+      SM75_OFFSET(lse)
+      SM75_OFFSET(num_splits)
+      SM75_OFFSET(split_from)
+      SM75_OFFSET(part_out)
+      SM75_OFFSET(part_lse)
+      SM75_OFFSET(num_seqs)
+      SM75_OFFSET(num_tokens)
+      SM75_OFFSET(num_heads)
+      SM75_OFFSET(num_kv_heads)
+      SM75_OFFSET(head_dim)
+      SM75_OFFSET(page_size)
+      SM75_OFFSET(page_shift)
+      SM75_OFFSET(softmax_scale)
+      SM75_OFFSET(scale_log2)
+      SM75_OFFSET(group)
+      // clang-format on
 #undef SM75_OFFSET
   };
   const int count = static_cast<int>(sizeof(layout) / sizeof(layout[0]));

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from sm75_prefill_lib import (  # noqa: E402
     KERNEL_FILES,
     PTX,
+    auto_split,
     build_library,
     launcher,
     load,
@@ -69,6 +70,10 @@ CHECKS = (
     ((200, 5, 64), (333, 0, 2500), 8, 1, 64),
     ((150, 31), (70, 511), 4, 4, 32),
 )
+# (split count, CTAs run whole first) of each check: automatic, unsplit,
+# every CTA split 3 and 16 ways (more ranges than some CTAs have tiles), and
+# the later CTAs alone split, as the automatic split does past a whole wave.
+SPLITS_CHECKED = ((0, 0), (1, 0), (3, 0), (16, 0), (5, 2), (11, 7))
 
 
 def static_rows(lib: ctypes.CDLL, usage: list[build.Usage], sass: str) -> list[dict]:
@@ -184,15 +189,15 @@ def reference(torch, inp: dict, q_lens, ctx_lens):
 
 def check_variants(torch, lib, vs: list[dict]) -> dict[str, dict]:
     """Max error of each shape against float64, beside the shipped shape's,
-    over the ragged batches and splits 0 (automatic), 1 and 3."""
+    over the ragged batches and SPLITS_CHECKED."""
     worst: dict[str, dict] = {v["name"]: {"max_abs_err": 0.0, "max_lse_err": 0.0} for v in vs}
     for hd in sorted({v["head_dim"] for v in vs}):
         for q_lens, ctx_lens, heads, kvh, page in CHECKS:
             inp = ragged_inputs(torch, q_lens, ctx_lens, heads, kvh, page, hd)
             ref, ref_lse = reference(torch, inp, q_lens, ctx_lens)
-            scratch = scratch_for(torch, inp["query"])
+            scratch = scratch_for(torch, inp["query"], len(q_lens), kvh)
             for v in (v for v in vs if v["head_dim"] == hd):
-                for splits in (0, 1, 3):
+                for splits, split_from in SPLITS_CHECKED:
                     out = torch.full_like(inp["query"], float("nan"))
                     lse = torch.full(
                         ref_lse.shape, float("nan"), dtype=torch.float32, device="cuda"
@@ -200,7 +205,7 @@ def check_variants(torch, lib, vs: list[dict]) -> dict[str, dict]:
                     p = params_for(torch, inp, out, lse, scratch)
                     w = worst[v["name"]]
                     try:
-                        launcher(torch, lib, v["index"], p, splits)()
+                        launcher(torch, lib, v["index"], p, splits, split_from)()
                         torch.cuda.synchronize()
                     except RuntimeError as e:
                         # A launch the GPU refused (resources): this shape
@@ -244,8 +249,13 @@ def timed(fn, reps: int) -> dict:
 def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: float) -> list[dict]:
     """Each shape on bench/prefill_attention.py's cases, automatic split; the
     shipped shape also with every page of the table one of 64 (the keys an
-    L2-resident 1,024 repeated): what the loads from memory cost it."""
-    from prefill_attention import QUERY, causal_flops, make_inputs
+    L2-resident 1,024 repeated): what the loads from memory cost it; and
+    with the split of the previous rule (uniform_splits_for), beside the
+    launcher's."""
+    from prefill_attention import KV_HEADS, QUERY, causal_flops, make_inputs
+    from turing_cycle_model import uniform_splits_for
+
+    device_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     rows = []
     for hd in sorted({v["head_dim"] for v in vs}):
@@ -257,18 +267,21 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
                 .to(torch.int32)[None, :]
                 .contiguous(),
             )
-            scratch = scratch_for(torch, inp["query"])
+            scratch = scratch_for(torch, inp["query"], 1, KV_HEADS)
             flops = causal_flops(QUERY, ctx, hd)
             shipped_out = None
             runs = [(v, "paged", inp) for v in vs if v["head_dim"] == hd]
-            runs += [
-                (v, "l2_resident", resident) for v in vs if v["head_dim"] == hd and v["shipped"]
-            ]
+            for kind, case in (("l2_resident", resident), ("previous_rule", inp)):
+                runs += [(v, kind, case) for v in vs if v["head_dim"] == hd and v["shipped"]]
             for v, kv, case in runs:
                 out = torch.empty_like(inp["query"])
                 p = params_for(torch, case, out, None, scratch)
                 n = reps if ctx < 100_000 else max(10, reps // 2)
-                t = timed(launcher(torch, lib, v["index"], p, 0), n)
+                split = auto_split(lib, v["index"], p)
+                if kv == "previous_rule":
+                    ctas = -(-QUERY * (p.num_heads // KV_HEADS) // v["rows_per_cta"]) * KV_HEADS
+                    split = uniform_splits_for(ctas, device_sms * v["ctas_per_sm"]), 0
+                t = timed(launcher(torch, lib, v["index"], p, *split), n)
                 torch.cuda.synchronize()
                 row = {
                     "variant": v["name"],
@@ -276,13 +289,14 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
                     "head_dim": hd,
                     "query_len": QUERY,
                     "context_len": ctx,
-                    "splits": lib.sm75v_auto_splits(v["index"], ctypes.byref(p)),
+                    "splits": split[0],
+                    "whole_ctas": split[1],
                     **t,
                     "tflops": flops / (t["median_ms"] * 1e-3) / 1e12,
                 }
                 row["fraction_of_mma_ceiling"] = row["tflops"] / ceiling
-                if kv == "paged":
-                    if v["shipped"]:
+                if kv != "l2_resident":
+                    if v["shipped"] and kv == "paged":
                         shipped_out = out.clone()
                     if shipped_out is not None:
                         diff = (out.float() - shipped_out.float()).abs().max().item()
@@ -291,7 +305,7 @@ def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: floa
                 print(
                     f"{v['name']:26s} {kv:11s} {QUERY} after {ctx:7d}: {t['median_ms']:8.3f} ms, "
                     f"{row['tflops']:6.1f} TF ({100 * row['fraction_of_mma_ceiling']:.1f} %), "
-                    f"{row['splits']} splits",
+                    f"{row['splits']} splits after {row['whole_ctas']} whole CTAs",
                     flush=True,
                 )
             del inp, resident, scratch
@@ -380,11 +394,15 @@ def figures_gpu(body: dict) -> dict:
             + (f"{ld} ldmatrix loads in flight" if ld else "B operands in registers"),
             f"mma_microbench[{i}].tflops",
         )
+    kinds = {
+        "l2_resident": ", keys L2-resident (64 pages repeated)",
+        "previous_rule": ", split by the previous rule (every CTA, 1 to 4 ways)",
+    }
     for i, r in enumerate(body["rows"]):
-        resident = r.get("kv") == "l2_resident"
-        key = f"{r['variant']}.ctx{r['context_len']}" + (".l2_resident" if resident else "")
+        kind = r.get("kv", "paged")
+        key = f"{r['variant']}.ctx{r['context_len']}" + (f".{kind}" if kind in kinds else "")
         what = f"shape {r['variant']}, {r['query_len']} query tokens after {r['context_len']:,}" + (
-            ", keys L2-resident (64 pages repeated)" if resident else ""
+            kinds.get(kind, "")
         )
         out[f"{key}.ms"] = results.figure(
             r["median_ms"], "ms", f"{what}, median", f"rows[{i}].median_ms"
@@ -396,12 +414,18 @@ def figures_gpu(body: dict) -> dict:
             f"rows[{i}].fraction_of_mma_ceiling",
         )
     for i, r in enumerate(body.get("on_sms", [])):
-        out[f"{r['variant']}.ctx{r['context_len']}.on_{r['sms']}_sms_fraction"] = results.figure(
+        previous = r.get("rule") == "previous"
+        key = f"{r['variant']}.ctx{r['context_len']}.on_{r['sms']}_sms" + (
+            ".previous_rule" if previous else ""
+        )
+        out[f"{key}_fraction"] = results.figure(
             r["fraction_of_mma_ceiling"],
             "fraction",
             f"shape {r['variant']} after "
-            f"{r['context_len']:,} on {r['sms']} SMs ({r['splits']} splits), fraction of the "
-            "ceiling scaled to them",
+            f"{r['context_len']:,} on {r['sms']} SMs ({r['splits']} splits after "
+            f"{r.get('whole_ctas', 0)} whole CTAs"
+            + (", the previous rule" if previous else "")
+            + "), fraction of the ceiling scaled to them",
             f"on_sms[{i}].fraction_of_mma_ceiling",
         )
     return out

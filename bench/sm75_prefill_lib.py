@@ -44,6 +44,7 @@ PARAMS_FIELDS = [
     ("out_stride_head", ctypes.c_int64),
     ("lse", ctypes.c_void_p),
     ("num_splits", ctypes.c_int32),
+    ("split_from", ctypes.c_int32),
     ("part_out", ctypes.c_void_p),
     ("part_lse", ctypes.c_void_p),
     ("num_seqs", ctypes.c_int32),
@@ -93,6 +94,7 @@ def traits_key(shape: dict) -> tuple:
         + ((f"a{shape['lookup_ahead']}",) if shape.get("lookup_ahead") else ())
         + ((f"q{shape['q_smem_chunks']}",) if shape.get("q_smem_chunks") else ())
         + ((f"r{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
+        + (("pf",) if shape.get("prefetch_l2") else ())
     )
 
 
@@ -173,9 +175,14 @@ def load(path: Path) -> ctypes.CDLL:
         ctypes.c_int,
         ctypes.POINTER(Params),
         ctypes.c_int,
+        ctypes.c_int64,
         ctypes.c_void_p,
     ]
-    lib.sm75v_auto_splits.argtypes = [ctypes.c_int, ctypes.POINTER(Params)]
+    lib.sm75v_auto_split.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(Params),
+        ctypes.POINTER(ctypes.c_int64),
+    ]
     check_layout(lib)
     return lib
 
@@ -197,10 +204,10 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 14)()
+        s = (ctypes.c_int * 13)()
         lib.sm75v_shape(i, s)
         hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)[:12]
-        ahead, unroll = list(s)[12:]
+        ahead = s[12]
         out.append(
             {
                 "index": i,
@@ -213,8 +220,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 + ("" if xor else ".x0")
                 + ("" if sets == 1 else f".s{sets}")
                 + (".lz" if lazy else "")
-                + (f".a{ahead}" if ahead else "")
-                + (f".r{unroll}" if unroll > 1 else ""),
+                + (f".a{ahead}" if ahead else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -229,7 +235,6 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "lazy_max": bool(lazy),
                 "rows_per_cta": rows,
                 "lookup_ahead": ahead,
-                "unroll": unroll,
             }
         )
     return out
@@ -256,24 +261,41 @@ def params_for(torch, inp: dict, out, lse, scratch) -> Params:
     p.cu_seqlens_q, p.seq_lens = inp["cu_seqlens_q"].data_ptr(), inp["seq_lens"].data_ptr()
     p.out, p.out_stride_token, p.out_stride_head = out.data_ptr(), out.stride(0), out.stride(1)
     p.lse = lse.data_ptr() if lse is not None else None
-    rows, hd = q.shape[0] * q.shape[1], q.shape[2]
+    hd = q.shape[2]
     p.part_out = scratch.data_ptr()
-    p.part_lse = scratch.data_ptr() + 4 * 4 * rows * hd  # after 4 splits' outputs
+    p.part_lse = scratch.data_ptr() + 4 * scratch.numel() // (hd + 1) * hd  # after the outputs
     p.num_seqs, p.num_tokens = inp["seq_lens"].numel(), q.shape[0]
     p.num_heads, p.num_kv_heads, p.head_dim = q.shape[1], k.shape[2], hd
     p.page_size, p.softmax_scale = k.shape[1], inp["scale"]
     return p
 
 
-def scratch_for(torch, query):
-    rows, hd = query.shape[0] * query.shape[1], query.shape[2]
-    return torch.empty(4 * rows * (hd + 1), dtype=torch.float32, device=query.device)
+MAX_SPLITS, MAX_ROWS_PER_CTA, MIN_ROWS_PER_CTA = 16, 256, 128  # the kernel's bounds
 
 
-def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int):
+def scratch_for(torch, query, num_seqs: int, num_kv_heads: int):
+    """Split scratch for any split of any shape: 16 ranges of every CTA of
+    the most CTAs a shape's grid has (its fewest rows per CTA), each range of
+    the most rows per CTA, head dim + 1 fp32 values a row."""
+    tokens, heads, hd = query.shape
+    group = heads // num_kv_heads
+    ctas = (tokens * group // MIN_ROWS_PER_CTA + num_seqs) * num_kv_heads
+    rows = MAX_SPLITS * ctas * MAX_ROWS_PER_CTA
+    return torch.empty(rows * (hd + 1), dtype=torch.float32, device=query.device)
+
+
+def auto_split(lib: ctypes.CDLL, index: int, p: Params) -> tuple[int, int]:
+    """The split of splits 0 for these params: the count, and how many of the
+    grid's first CTAs run whole."""
+    whole = ctypes.c_int64()
+    splits = lib.sm75v_auto_split(index, ctypes.byref(p), ctypes.byref(whole))
+    return splits, whole.value
+
+
+def launcher(torch, lib: ctypes.CDLL, index: int, p: Params, splits: int, split_from: int = 0):
     def fn():
         err = lib.sm75v_launch(
-            index, ctypes.byref(p), splits, torch.cuda.current_stream().cuda_stream
+            index, ctypes.byref(p), splits, split_from, torch.cuda.current_stream().cuda_stream
         )
         if err:
             raise RuntimeError(f"variant {index}: CUDA error {err}")
@@ -286,22 +308,30 @@ def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) ->
     contexts of each of ``sms`` SMs, with the split count the launcher's rule
     gives a Turing GPU of that many SMs: its CTAs of this shape's rows, in
     slots of the shape's CTAs per SM (the library's own rule reads the whole
-    device's count). The ceiling is scaled to the SMs the kernel had."""
+    device's count); and, beside it, with the previous rule's split
+    (uniform_splits_for). The ceiling is scaled to the SMs the kernel had."""
     from prefill_attention import CONTEXTS, HEADS, KV_HEADS, QUERY, causal_flops, make_inputs
     from prefill_attention import on_sms as timed_on
-    from turing_cycle_model import splits_for
+    from turing_cycle_model import splits_for, uniform_splits_for
 
     rows, ctx = [], max(CONTEXTS)
     device_sms = torch.cuda.get_device_properties(0).multi_processor_count
     for v in (v for v in vs if v["shipped"]):
         inp = make_inputs(QUERY, ctx, v["head_dim"])
         # Kept alive beside the params, which hold their pointers.
-        out, scratch = torch.empty_like(inp["query"]), scratch_for(torch, inp["query"])
+        out = torch.empty_like(inp["query"])
+        scratch = scratch_for(torch, inp["query"], 1, KV_HEADS)
         p = params_for(torch, inp, out, None, scratch)
         ctas = math.ceil(QUERY * (HEADS // KV_HEADS) / v["rows_per_cta"]) * KV_HEADS
-        for n in sms:
-            splits = splits_for(ctas, n * v["min_ctas_per_sm"])
-            t = timed_on(n, launcher(torch, lib, v["index"], p, splits), 10)
+        runs = [(n, rule) for n in sms for rule in ("launcher", "previous")]
+        for n, rule in runs:
+            slots = n * v["min_ctas_per_sm"]
+            splits, whole = (
+                splits_for(ctas, slots)
+                if rule == "launcher"
+                else (uniform_splits_for(ctas, slots), 0)
+            )
+            t = timed_on(n, launcher(torch, lib, v["index"], p, splits, whole), 10)
             tflops = causal_flops(QUERY, ctx, v["head_dim"]) / (t["median_ms"] * 1e-3) / 1e12
             frac = tflops / (ceiling * n / device_sms)
             rows.append(
@@ -311,14 +341,18 @@ def time_on_sms(torch, lib: ctypes.CDLL, vs: list[dict], sms, ceiling: float) ->
                     "query_len": QUERY,
                     "context_len": ctx,
                     "sms": n,
+                    "rule": rule,
                     "splits": splits,
+                    "whole_ctas": whole,
                     **t,
                     "tflops": tflops,
                     "fraction_of_mma_ceiling": frac,
                 }
             )
             print(
-                f"{v['name']:26s} on {n:3d} SMs, {splits} splits: {t['median_ms']:8.3f} ms "
+                f"{v['name']:26s} on {n:3d} SMs, {rule} rule, {splits} splits after {whole} whole "
+                "CTAs: "
+                f"{t['median_ms']:8.3f} ms "
                 f"({100 * frac:.1f} % of the ceiling for {n} SMs)",
                 flush=True,
             )

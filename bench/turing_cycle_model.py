@@ -186,7 +186,29 @@ def ceiling_fraction(k: Kernel, rates: Rates, model: str) -> float:
     return r["tensor"] / r[model]
 
 
-def splits_for(ctas: int, slots: int) -> int:
+MAX_SPLITS, MAX_SPLIT_WAVES = 16, 6  # kPagedPrefillMaxSplits, kPagedPrefillMaxSplitWaves
+
+
+def splits_for(ctas: int, slots: int) -> tuple[int, int]:
+    """The launcher's split (paged_prefill_attention_sm75_split_for): the
+    split count and how many of the first CTAs run whole. The CTAs of whole
+    waves run whole; the last, partial wave's are split where that finishes
+    sooner, in at most MAX_SPLIT_WAVES waves of ranges."""
+    tail = ctas % slots if ctas > 0 and slots > 0 else 0
+    best, best_w = 1, 1
+    for s in range(2, MAX_SPLITS + 1) if tail else ():
+        w = math.ceil(tail * s / slots)
+        if w > MAX_SPLIT_WAVES:
+            break
+        if w * best < best_w * s:
+            best, best_w = s, w
+    return best, (ctas - tail if best > 1 else 0)
+
+
+def uniform_splits_for(ctas: int, slots: int) -> int:
+    """The split rule before 2026-12-02, kept for the side-by-side in the
+    shapes sweep: every CTA split 1 to 4 ways, whichever finishes the CTAs
+    in the fewest full-CTA times."""
     best, best_w = 1, math.ceil(ctas / slots)
     for s in range(2, 5):
         w = math.ceil(ctas * s / slots)
@@ -203,22 +225,26 @@ def predict_ms(
     rows = q * group
     ctas = math.ceil(rows / k.rows)
     slots = SMS * k.ctas_per_sm
-    s = splits_for(ctas * KV_HEADS, slots) if splits is None else splits
-    jobs = []
+    s, whole = splits_for(ctas * KV_HEADS, slots) if splits is None else (splits, 0)
+    jobs, units = [], []
     for c in range(ctas):
         last = min(k.rows * (c + 1), rows) - 1
-        tiles = (ctx + last // group) // k.keys + 1
-        for i in range(s):
-            share = tiles * (i + 1) // s - tiles * i // s
-            jobs += [share] * KV_HEADS
+        units += [(ctx + last // group) // k.keys + 1] * KV_HEADS
+    # The first CTAs in launch order run whole: the longest (the kernel starts
+    # a request's last tiles first).
+    units.sort(reverse=True)
+    for n, tiles in enumerate(units):
+        ways = 1 if n < whole else s
+        jobs += [tiles * (i + 1) // ways - tiles * i // ways for i in range(ways)]
+    split = len(units) - whole if s > 1 else 0
     jobs.sort(reverse=True)  # the kernel starts the longest CTAs first
     free = [0.0] * slots
     heapq.heapify(free)
     for j in jobs:
         heapq.heappush(free, heapq.heappop(free) + j * cycles_per_round)
     ms = max(free) / CLOCK * 1e3
-    if s > 1:  # merge: read s fp32 partials, write fp16
-        ms += (q * HEADS * k.head_dim * (4 * s + 2)) / DRAM_BPS * 1e3
+    if s > 1 and split:  # merge: read s fp32 partials of each split row, write fp16
+        ms += (split * k.rows * k.head_dim * (4 * s + 2)) / DRAM_BPS * 1e3
     return {"splits": s, "ms": ms}
 
 

@@ -220,13 +220,18 @@ def test_prefill_attention_bench_reports_turing_sm_counts():
     assert fig["hd256.q2048_ctx153600.on_72_sms_fraction_of_ceiling"]["value"] == 0.45
     assert not any("on_40_sms" in k for k in fig)
     # 2048 tokens x 6 query heads per KV head in 128-row CTAs, 2 KV heads: 192
-    # CTAs; one per SM at head dim 256 on 72 SMs takes 3 splits (576 on 216
-    # slots: 2.67 waves of 1/3 against 3 waves unsplit), on 40 SMs none (4.8
-    # waves unsplit; no split finishes sooner).
-    assert bench.splits_for(192, 72 * bench.TURING_CTAS_PER_SM[256]) == 3
-    assert bench.splits_for(192, 40 * bench.TURING_CTAS_PER_SM[256]) == 1
-    # Head dim 128's 192-row CTAs: 128 of them; 4 splits on 40 SMs.
-    assert bench.splits_for(128, 40 * bench.TURING_CTAS_PER_SM[128]) == 4
+    # CTAs, one per SM at head dim 256. On 72 SMs the first 144 (two whole
+    # waves) run whole and the other 48 split 3 ways (one wave of thirds); on
+    # 40 SMs 160 whole, 32 split 5 ways.
+    assert bench.splits_for(192, 72 * bench.TURING_CTAS_PER_SM[256]) == (3, 144)
+    assert bench.splits_for(192, 40 * bench.TURING_CTAS_PER_SM[256]) == (5, 160)
+    # Head dim 128's 192-row CTAs: 128 of them; on 72 SMs 56 split 5 ways (4
+    # waves of fifths); 9 ways would fill 7 waves exactly, past the six that
+    # bound the scratch.
+    assert bench.splits_for(128, 72 * bench.TURING_CTAS_PER_SM[128]) == (5, 72)
+    # Fewer CTAs than a wave: all split; whole waves: none.
+    assert bench.splits_for(192, 264) == (4, 0)
+    assert bench.splits_for(144, 72) == (1, 0)
 
 
 def test_the_benchmark_counts_each_head_dims_ctas_as_the_kernel_does():
