@@ -186,17 +186,20 @@ def ceiling_fraction(k: Kernel, rates: Rates, model: str) -> float:
     return r["tensor"] / r[model]
 
 
-MAX_SPLITS, MAX_SPLIT_WAVES = 16, 6  # kPagedPrefillMaxSplits, kPagedPrefillMaxSplitWaves
+# kPagedPrefillMaxSplits, kPagedPrefillMaxSplitWaves, kPagedPrefillMaxSplitsBelowWave
+MAX_SPLITS, MAX_SPLIT_WAVES, MAX_SPLITS_BELOW_WAVE = 16, 6, 4
 
 
 def splits_for(ctas: int, slots: int) -> tuple[int, int]:
     """The launcher's split (paged_prefill_attention_sm75_split_for): the
     split count and how many of the first CTAs run whole. The CTAs of whole
     waves run whole; the last, partial wave's are split where that finishes
-    sooner, in at most MAX_SPLIT_WAVES waves of ranges."""
+    sooner, in at most MAX_SPLIT_WAVES waves of ranges, and at most
+    MAX_SPLITS_BELOW_WAVE ways where there is no whole wave."""
     tail = ctas % slots if ctas > 0 and slots > 0 else 0
+    most = MAX_SPLITS_BELOW_WAVE if ctas < slots else MAX_SPLITS
     best, best_w = 1, 1
-    for s in range(2, MAX_SPLITS + 1) if tail else ():
+    for s in range(2, most + 1) if tail else ():
         w = math.ceil(tail * s / slots)
         if w > MAX_SPLIT_WAVES:
             break

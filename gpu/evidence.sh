@@ -5,7 +5,9 @@
 #   bash gpu/evidence.sh stage PART...  # gpu/stage1.sh .dev/gpu/PART for each (part1 first)
 #   bash gpu/evidence.sh bench [PART...] # carrying part2 and MANIFEST.sha256 (and PARTs):
 #                                        # assemble, build _sm7x_C, the benchmarks alone on the GPU
-#                                        # (NO_BENCH=1: none, e.g. to run the ALONE files again)
+#                                        # (NO_BENCH=1: none, e.g. to run the ALONE files again;
+#                                        # BENCH_ONLY="OUT.json ...": those alone, after the build;
+#                                        # NO_ALONE=1: not the ALONE files)
 #   bash gpu/evidence.sh tests          # waits for the batch, returns its files
 # The batch (the test files, and smoke then serve, side by side; nothing
 # timed) starts at the end of `bench` in a process session of its own
@@ -183,6 +185,15 @@ case $step in
     BUILD=0 TESTS=none bounded 150 assemble bash gpu/stage2.sh
     need_tree
     if [ "${NO_BENCH:-0}" = 1 ]; then BENCHES=(); fi
+    after=("${BENCHES[@]:1}")
+    if [ -n "${BENCH_ONLY:-}" ]; then # a re-run of some: each after the build, which they may need
+      after=()
+      for b in "${BENCHES[@]}"; do
+        read -r _ out _ <<<"$b"
+        [[ " $BENCH_ONLY " != *" $out "* ]] || after+=("$b")
+      done
+      BENCHES=()
+    fi
     beside=
     if ((${#BENCHES[@]})); then
       read -r cap out cmd <<<"${BENCHES[0]}"
@@ -193,12 +204,12 @@ case $step in
     # BUILD: the series' module with compute_75 PTX, linked into the tree (one line).
     bounded 300 build python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link --report "$W/build_report.json"
     [ -z "$beside" ] || wait "$beside" # by its id: a bare wait also waits for the log's tee
-    for b in "${BENCHES[@]:1}"; do
+    for b in "${after[@]+"${after[@]}"}"; do
       read -r cap out cmd <<<"$b"
       # shellcheck disable=SC2086 # cmd is a command line
       bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
     done
-    if test_files "$ALONE_GLOBS"; then
+    if [ "${NO_ALONE:-0}" != 1 ] && test_files "$ALONE_GLOBS"; then
       # Its runs took 222 to 246 s, and once over 270: room to 360.
       t=$(budget 360)
       TEST_TIMEOUT=$((t > 60 ? t - 30 : t)) bounded "$t" tests-alone \

@@ -229,8 +229,11 @@ def test_prefill_attention_bench_reports_turing_sm_counts():
     # waves of fifths); 9 ways would fill 7 waves exactly, past the six that
     # bound the scratch.
     assert bench.splits_for(128, 72 * bench.TURING_CTAS_PER_SM[128]) == (5, 72)
-    # Fewer CTAs than a wave: all split; whole waves: none.
+    # Fewer CTAs than a wave: all split, at most 4 ways (11 would fill 3 waves
+    # of 36 CTAs' ranges on 132 slots, in ranges too short to pay); whole
+    # waves: none.
     assert bench.splits_for(192, 264) == (4, 0)
+    assert bench.splits_for(36, 132) == (3, 0)
     assert bench.splits_for(144, 72) == (1, 0)
 
 
