@@ -718,10 +718,10 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     op's benchmark, the shapes table the sweep, fastest shape first."""
     ev = evidence.Evidence(REPO)
     attention = benchmarks.attention(ev)
-    assert "bench_prefill_attention_033_h200_20261202_7.json" in attention
+    assert "bench_prefill_attention_033_h200_20261202_9.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
-    assert "bench_prefill_variants_033_h200_adopted.json" in shapes
+    assert "bench_prefill_variants_033_h200_layout.json" in shapes
     rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
@@ -731,12 +731,15 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
     rows; a later sweep of every head dim replaces them all: the sweep of the
-    shapes the series now ships (every head dim) replaced the option sweeps
+    series' final kernel (every head dim) replaced the option sweeps
     before it and the head-dim split sweep (128 and 256) with the rows sweep
     (64): one table, the earlier files not cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
     earlier = (
+        "bench_prefill_variants_033_h200_prefetch.json",
+        "bench_prefill_variants_033_h200_split.json",
+        "bench_prefill_variants_033_h200_adopted.json",
         "bench_prefill_variants_033_h200_unroll.json",
         "bench_prefill_variants_033_h200_ahead.json",
         "bench_prefill_variants_033_h200_rows.json",
@@ -753,12 +756,12 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
         "bench_prefill_variants_033_h200_lazy.json",
         "bench_prefill_variants_033_h200_stream.json",
     )
-    assert "bench_prefill_variants_033_h200_adopted.json" in shapes
+    assert "bench_prefill_variants_033_h200_layout.json" in shapes
     assert not any(f in shapes for f in earlier)
     tables = shapes.split("| head dim | shape |")[1:]
     assert len(tables) == 1
     assert all(f"| {hd} |" in tables[0] for hd in (64, 128, 256))
-    assert "`hd256.w8m1k16c1.s2.a2.r2` (shipped then)" in shapes
+    assert "`hd256.w8m1k16c1.s2.a2` (shipped then)" in shapes
     assert "`hd64.w4m2k64c2.lz.a1` (shipped then)" in shapes
     assert "`hd128.w12m1k32c1` (shipped then)" in shapes
 
