@@ -43,9 +43,10 @@ KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
 # SM, shared lookups, XOR addressing, S accumulator sets, lazy max, lookups
-# ahead, tiles per loop trip> in the kernel's mangled name. Older names still
-# parse: before 2026-12-02 there were seven; the series at df72e25 had another
-# eighth, a flag (the overlapped key loop), measured slower and dropped.
+# ahead> in the kernel's mangled name. Older names still parse: before
+# 2026-12-02 there were seven; the series at df72e25 had another eighth, a
+# flag (the overlapped key loop), and builds of 2026-12-02 a twelfth (key
+# tiles per loop trip), both measured slower and dropped.
 TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
 TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
