@@ -104,6 +104,7 @@ struct Variant {
     p.group = p.num_heads / p.num_kv_heads;
     p.num_splits = split.splits;
     p.split_from = static_cast<int>(std::min<int64_t>(split.whole, INT32_MAX));
+    p.min_range_keys = split.min_range_keys;
     return launch<T>(p, stream);
   }
 };
@@ -240,6 +241,7 @@ int sm75v_params_layout(int64_t* out, int n) {
       SM75_OFFSET(lse)
       SM75_OFFSET(num_splits)
       SM75_OFFSET(split_from)
+      SM75_OFFSET(min_range_keys)
       SM75_OFFSET(part_out)
       SM75_OFFSET(part_lse)
       SM75_OFFSET(num_seqs)

@@ -45,6 +45,7 @@ PARAMS_FIELDS = [
     ("lse", ctypes.c_void_p),
     ("num_splits", ctypes.c_int32),
     ("split_from", ctypes.c_int32),
+    ("min_range_keys", ctypes.c_int32),
     ("part_out", ctypes.c_void_p),
     ("part_lse", ctypes.c_void_p),
     ("num_seqs", ctypes.c_int32),

@@ -186,8 +186,9 @@ def ceiling_fraction(k: Kernel, rates: Rates, model: str) -> float:
     return r["tensor"] / r[model]
 
 
-# kPagedPrefillMaxSplits, kPagedPrefillMaxSplitWaves, kPagedPrefillMaxSplitsBelowWave
-MAX_SPLITS, MAX_SPLIT_WAVES, MAX_SPLITS_BELOW_WAVE = 16, 6, 4
+# kPagedPrefillMaxSplits, kPagedPrefillMaxSplitWaves, kPagedPrefillMaxSplitsBelowWave,
+# kPagedPrefillMinRangeKeys
+MAX_SPLITS, MAX_SPLIT_WAVES, MAX_SPLITS_BELOW_WAVE, MIN_RANGE_KEYS = 16, 6, 4, 512
 
 
 def splits_for(ctas: int, slots: int) -> tuple[int, int]:
@@ -229,6 +230,8 @@ def predict_ms(
     ctas = math.ceil(rows / k.rows)
     slots = SMS * k.ctas_per_sm
     s, whole = splits_for(ctas * KV_HEADS, slots) if splits is None else (splits, 0)
+    # The automatic split gives no range fewer than MIN_RANGE_KEYS keys.
+    least = MIN_RANGE_KEYS if splits is None else 0
     jobs, units = [], []
     for c in range(ctas):
         last = min(k.rows * (c + 1), rows) - 1
@@ -236,8 +239,13 @@ def predict_ms(
     # The first CTAs in launch order run whole: the longest (the kernel starts
     # a request's last tiles first).
     units.sort(reverse=True)
+    merged = 0  # fp32 partial rows the merge reads, per row and dim
     for n, tiles in enumerate(units):
         ways = 1 if n < whole else s
+        if ways > 1 and least:
+            ways = max(1, min(ways, tiles * k.keys // least))
+        if n >= whole and s > 1:
+            merged += ways
         jobs += [tiles * (i + 1) // ways - tiles * i // ways for i in range(ways)]
     split = len(units) - whole if s > 1 else 0
     jobs.sort(reverse=True)  # the kernel starts the longest CTAs first
@@ -246,8 +254,8 @@ def predict_ms(
     for j in jobs:
         heapq.heappush(free, heapq.heappop(free) + j * cycles_per_round)
     ms = max(free) / CLOCK * 1e3
-    if s > 1 and split:  # merge: read s fp32 partials of each split row, write fp16
-        ms += (split * k.rows * k.head_dim * (4 * s + 2)) / DRAM_BPS * 1e3
+    if s > 1 and split:  # merge: read the fp32 partials of each split row, write fp16
+        ms += (k.rows * k.head_dim * (4 * merged + 2 * split)) / DRAM_BPS * 1e3
     return {"splits": s, "ms": ms}
 
 
