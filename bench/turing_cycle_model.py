@@ -230,8 +230,8 @@ def predict_ms(
     ctas = math.ceil(rows / k.rows)
     slots = SMS * k.ctas_per_sm
     s, whole = splits_for(ctas * KV_HEADS, slots) if splits is None else (splits, 0)
-    # The automatic split gives no range fewer than MIN_RANGE_KEYS keys.
-    least = MIN_RANGE_KEYS if splits is None else 0
+    # Past a wave, the automatic split gives no range fewer than MIN_RANGE_KEYS keys.
+    least = MIN_RANGE_KEYS if splits is None and whole else 0
     jobs, units = [], []
     for c in range(ctas):
         last = min(k.rows * (c + 1), rows) - 1
