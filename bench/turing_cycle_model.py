@@ -239,7 +239,7 @@ def predict_ms(
     # The first CTAs in launch order run whole: the longest (the kernel starts
     # a request's last tiles first).
     units.sort(reverse=True)
-    merged = 0  # fp32 partial rows the merge reads, per row and dim
+    merged = 0  # ranges of the split CTAs, each a partial output the merge reads
     for n, tiles in enumerate(units):
         ways = 1 if n < whole else s
         if ways > 1 and least:
