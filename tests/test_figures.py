@@ -721,7 +721,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     assert "bench_prefill_attention_033_h200_20261203_2.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
-    assert "bench_prefill_variants_033_h200_l2ahead.json" in shapes
+    assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
     rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
@@ -731,12 +731,13 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
     rows; a later sweep of every head dim replaces them all: the newest
-    (every head dim, L2 prefetch options beside the final kernel) replaced
+    (every head dim, an option beside the final kernel) replaced
     the sweeps before it, the final kernel's own among them: one table, the
     earlier files not cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
     earlier = (
+        "bench_prefill_variants_033_h200_l2ahead.json",
         "bench_prefill_variants_033_h200_stages.json",
         "bench_prefill_variants_033_h200_layout.json",
         "bench_prefill_variants_033_h200_prefetch.json",
@@ -758,7 +759,7 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
         "bench_prefill_variants_033_h200_lazy.json",
         "bench_prefill_variants_033_h200_stream.json",
     )
-    assert "bench_prefill_variants_033_h200_l2ahead.json" in shapes
+    assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
     assert not any(f in shapes for f in earlier)
     tables = shapes.split("| head dim | shape |")[1:]
     assert len(tables) == 1
