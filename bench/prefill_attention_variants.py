@@ -16,8 +16,9 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
   and bench/mma_microbench.py at the kernel's occupancy; every shape against
   a float64 reference on ragged batches (outputs poisoned with NaN,
   automatic and forced splits); then each shape timed in CUDA graphs, median
-  after warm-up, on 2048 query tokens after 32,768 and 153,600 of context,
-  as a fraction of that ceiling and against the shipped shape, and the
+  after warm-up, on 2048 query tokens (or --queries) after 32,768 and
+  153,600 of context, as a fraction of that ceiling and against the
+  shipped shape, and the
   shipped shapes once more on L2-resident keys. H200 figures through
   compute_75 PTX, never Turing figures. About 3 minutes on one H200.
 
@@ -25,6 +26,7 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
     python3 bench/prefill_attention_variants.py --prepare .dev/gpu/kernel
     python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --out $OUT/x.json
     python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --head-dims 256 --out ...
+    python3 bench/prefill_attention_variants.py --tree .dev/gpu/kernel --queries 1408 2048 ...
 """
 
 from __future__ import annotations
@@ -246,82 +248,91 @@ def timed(fn, reps: int) -> dict:
         return {**time_events(fn, reps, 3), "timing": f"events (graph capture failed: {e})"}
 
 
-def time_variants(torch, lib, vs: list[dict], contexts, reps: int, ceiling: float) -> list[dict]:
+def time_variants(
+    torch, lib, vs: list[dict], contexts, reps: int, ceiling: float, queries=None
+) -> list[dict]:
     """Each shape on bench/prefill_attention.py's cases, automatic split; the
     shipped shape also with every page of the table one of 64 (the keys an
     L2-resident 1,024 repeated): what the loads from memory cost it; and
     with the split of the previous rule (uniform_splits_for), beside the
-    launcher's."""
+    launcher's. ``queries``: the query lengths, e.g. ones whose CTAs fill
+    whole waves beside 2,048, whose last wave is split."""
     from prefill_attention import KV_HEADS, QUERY, causal_flops, make_inputs
     from turing_cycle_model import uniform_splits_for
 
     device_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     rows = []
-    for hd in sorted({v["head_dim"] for v in vs}):
-        for ctx in contexts:
-            inp = make_inputs(QUERY, ctx, hd)
-            resident = dict(
-                inp,
-                block_table=(torch.arange(inp["block_table"].shape[1], device="cuda") % 64)
-                .to(torch.int32)[None, :]
-                .contiguous(),
+    for hd, query, ctx in (
+        (hd, q, c)
+        for hd in sorted({v["head_dim"] for v in vs})
+        for q in queries or (QUERY,)
+        for c in contexts
+    ):
+        inp = make_inputs(query, ctx, hd)
+        resident = dict(
+            inp,
+            block_table=(torch.arange(inp["block_table"].shape[1], device="cuda") % 64)
+            .to(torch.int32)[None, :]
+            .contiguous(),
+        )
+        scratch = scratch_for(torch, inp["query"], 1, KV_HEADS)
+        flops = causal_flops(query, ctx, hd)
+        shipped_out = None
+        runs = [(v, "paged", inp) for v in vs if v["head_dim"] == hd]
+        for kind, case in (("l2_resident", resident), ("previous_rule", inp)):
+            runs += [(v, kind, case) for v in vs if v["head_dim"] == hd and v["shipped"]]
+        for v, kv, case in runs:
+            out = torch.empty_like(inp["query"])
+            p = params_for(torch, case, out, None, scratch)
+            n = reps if ctx < 100_000 else max(10, reps // 2)
+            split = auto_split(lib, v["index"], p)
+            if kv == "previous_rule":
+                ctas = -(-query * (p.num_heads // KV_HEADS) // v["rows_per_cta"]) * KV_HEADS
+                split = uniform_splits_for(ctas, device_sms * v["ctas_per_sm"]), 0
+            t = timed(launcher(torch, lib, v["index"], p, *split), n)
+            torch.cuda.synchronize()
+            row = {
+                "variant": v["name"],
+                "kv": kv,
+                "head_dim": hd,
+                "query_len": query,
+                "context_len": ctx,
+                "splits": split[0],
+                "whole_ctas": split[1],
+                **t,
+                "tflops": flops / (t["median_ms"] * 1e-3) / 1e12,
+            }
+            row["fraction_of_mma_ceiling"] = row["tflops"] / ceiling
+            if kv != "l2_resident":
+                if v["shipped"] and kv == "paged":
+                    shipped_out = out.clone()
+                if shipped_out is not None:
+                    diff = (out.float() - shipped_out.float()).abs().max().item()
+                    row["max_abs_diff_vs_shipped"] = diff
+            rows.append(row)
+            print(
+                f"{v['name']:26s} {kv:11s} {query} after {ctx:7d}: {t['median_ms']:8.3f} ms, "
+                f"{row['tflops']:6.1f} TF ({100 * row['fraction_of_mma_ceiling']:.1f} %), "
+                f"{row['splits']} splits after {row['whole_ctas']} whole CTAs",
+                flush=True,
             )
-            scratch = scratch_for(torch, inp["query"], 1, KV_HEADS)
-            flops = causal_flops(QUERY, ctx, hd)
-            shipped_out = None
-            runs = [(v, "paged", inp) for v in vs if v["head_dim"] == hd]
-            for kind, case in (("l2_resident", resident), ("previous_rule", inp)):
-                runs += [(v, kind, case) for v in vs if v["head_dim"] == hd and v["shipped"]]
-            for v, kv, case in runs:
-                out = torch.empty_like(inp["query"])
-                p = params_for(torch, case, out, None, scratch)
-                n = reps if ctx < 100_000 else max(10, reps // 2)
-                split = auto_split(lib, v["index"], p)
-                if kv == "previous_rule":
-                    ctas = -(-QUERY * (p.num_heads // KV_HEADS) // v["rows_per_cta"]) * KV_HEADS
-                    split = uniform_splits_for(ctas, device_sms * v["ctas_per_sm"]), 0
-                t = timed(launcher(torch, lib, v["index"], p, *split), n)
-                torch.cuda.synchronize()
-                row = {
-                    "variant": v["name"],
-                    "kv": kv,
-                    "head_dim": hd,
-                    "query_len": QUERY,
-                    "context_len": ctx,
-                    "splits": split[0],
-                    "whole_ctas": split[1],
-                    **t,
-                    "tflops": flops / (t["median_ms"] * 1e-3) / 1e12,
-                }
-                row["fraction_of_mma_ceiling"] = row["tflops"] / ceiling
-                if kv != "l2_resident":
-                    if v["shipped"] and kv == "paged":
-                        shipped_out = out.clone()
-                    if shipped_out is not None:
-                        diff = (out.float() - shipped_out.float()).abs().max().item()
-                        row["max_abs_diff_vs_shipped"] = diff
-                rows.append(row)
-                print(
-                    f"{v['name']:26s} {kv:11s} {QUERY} after {ctx:7d}: {t['median_ms']:8.3f} ms, "
-                    f"{row['tflops']:6.1f} TF ({100 * row['fraction_of_mma_ceiling']:.1f} %), "
-                    f"{row['splits']} splits after {row['whole_ctas']} whole CTAs",
-                    flush=True,
-                )
-            del inp, resident, scratch
-            torch.cuda.empty_cache()
+        del inp, resident, scratch
+        torch.cuda.empty_cache()
     for r in rows:
         base = next(
             x
             for x in rows
-            if (x["head_dim"], x["context_len"], x["kv"])
-            == (r["head_dim"], r["context_len"], "paged")
+            if (x["head_dim"], x["query_len"], x["context_len"], x["kv"])
+            == (r["head_dim"], r["query_len"], r["context_len"], "paged")
         )
         r["speedup_vs_shipped"] = base["median_ms"] / r["median_ms"]
     return rows
 
 
-def run_gpu(tree: Path, reps: int, contexts, head_dims=None, sms=()) -> tuple[dict, dict]:
+def run_gpu(
+    tree: Path, reps: int, contexts, head_dims=None, sms=(), queries=None
+) -> tuple[dict, dict]:
     import torch
     from mma_microbench import describe, mma_microbench
     from prefill_attention import mma_ceiling
@@ -346,7 +357,7 @@ def run_gpu(tree: Path, reps: int, contexts, head_dims=None, sms=()) -> tuple[di
             v["check"] = checks[v["name"]]
             print(f"{v['name']:26s} check {v['check']}", flush=True)
         good = [v for v in vs if v["check"]["ok"]]
-        timed = time_variants(torch, lib, good, contexts, reps, ceiling["tflops"])
+        timed = time_variants(torch, lib, good, contexts, reps, ceiling["tflops"], queries)
         on = time_on_sms(torch, lib, good, sms, ceiling["tflops"]) if sms else []
     return {
         **({"on_sms": on} if on else {}),
@@ -400,7 +411,9 @@ def figures_gpu(body: dict) -> dict:
     }
     for i, r in enumerate(body["rows"]):
         kind = r.get("kv", "paged")
-        key = f"{r['variant']}.ctx{r['context_len']}" + (f".{kind}" if kind in kinds else "")
+        # The query length in the key only where it is not the default 2,048.
+        q = "" if r["query_len"] == 2048 else f".q{r['query_len']}"
+        key = f"{r['variant']}{q}.ctx{r['context_len']}" + (f".{kind}" if kind in kinds else "")
         what = f"shape {r['variant']}, {r['query_len']} query tokens after {r['context_len']:,}" + (
             kinds.get(kind, "")
         )
@@ -493,10 +506,12 @@ def build_only(tree: Path, lib: Path) -> int:
     return 0
 
 
-def sweep(tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None, sms=()) -> int:
+def sweep(
+    tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None, sms=(), queries=None
+) -> int:
     """The GPU run: microbenchmarks, checks and timings of every shape (of
     ``head_dims`` only, where given; the shipped ones also on ``sms`` SMs)."""
-    body, run = run_gpu(tree, reps, contexts, head_dims, sms)
+    body, run = run_gpu(tree, reps, contexts, head_dims, sms, queries)
     body = {
         "what": (
             "Shapes of the Turing prefill attention template on one GPU through compute_75 PTX, "
@@ -545,6 +560,7 @@ def main() -> int:
     ap.add_argument(
         "--contexts", type=int, nargs="+", default=list(CONTEXTS), help="context lengths timed"
     )
+    ap.add_argument("--queries", type=int, nargs="+", help="query lengths timed (default: 2048)")
     ap.add_argument(
         "--head-dims",
         type=int,
@@ -564,7 +580,7 @@ def main() -> int:
         return build_only(a.tree, a.build)
     if a.static:
         return static(a.tree, a.out)
-    return sweep(a.tree, a.out, a.reps, a.contexts, a.head_dims, a.sms)
+    return sweep(a.tree, a.out, a.reps, a.contexts, a.head_dims, a.sms, a.queries)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,12 @@ def variants(ev: Evidence) -> str:
         run = ev.newest(runs)
         assert run is not None
         runs.remove(run)
-        rows_in = [r for r in run.doc.get("rows", []) if r.get("kv") == "paged"]
+        # The table's chunk is 2,048 query tokens (a sweep may time others).
+        rows_in = [
+            r
+            for r in run.doc.get("rows", [])
+            if r.get("kv") == "paged" and r.get("query_len", 2048) == 2048
+        ]
         head_dims = {r["head_dim"] for r in rows_in} - covered
         if head_dims:
             covered |= head_dims
