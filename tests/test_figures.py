@@ -731,9 +731,9 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
     rows; a later sweep of every head dim replaces them all: the newest
-    (every head dim, an option beside the final kernel) replaced
-    the sweeps before it, the final kernel's own among them: one table, the
-    earlier files not cited."""
+    (head dim 256 only, on whole waves and a split one) gives head dim 256's
+    table, the one before it (every head dim, an option beside the final
+    kernel) the others'; the earlier files are not cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
     earlier = (
@@ -760,10 +760,14 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
         "bench_prefill_variants_033_h200_stream.json",
     )
     assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
+    assert "bench_prefill_variants_033_h200_waves.json" in shapes
     assert not any(f in shapes for f in earlier)
     tables = shapes.split("| head dim | shape |")[1:]
-    assert len(tables) == 1
-    assert all(f"| {hd} |" in tables[0] for hd in (64, 128, 256))
+    assert len(tables) == 2
+    assert all(f"| {hd} |" in tables[0] for hd in (64, 128))
+    assert "| 256 |" not in tables[0] and "| 256 |" in tables[1]
+    # The table keeps to 2,048 query tokens; the run's 1,408 and 2,816 stay out.
+    assert "2,048 after 153,600" in tables[1] and "1,408" not in shapes
     assert "`hd256.w8m1k16c1.s2.a2` (shipped then)" in shapes
     assert "`hd64.w4m2k64c2.lz.a1` (shipped then)" in shapes
     assert "`hd128.w12m1k32c1` (shipped then)" in shapes
