@@ -18,9 +18,9 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
   automatic and forced splits); then each shape timed in CUDA graphs, median
   after warm-up, on 2048 query tokens (or --queries) after 32,768 and
   153,600 of context, as a fraction of that ceiling and against the
-  shipped shape, and the
-  shipped shapes once more on L2-resident keys. H200 figures through
-  compute_75 PTX, never Turing figures. About 3 minutes on one H200.
+  shipped shape, and the shipped shapes once more on L2-resident keys.
+  H200 figures through compute_75 PTX, never Turing figures. About 3
+  minutes on one H200.
 
     python3 bench/prefill_attention_variants.py --static --out results/x.json
     python3 bench/prefill_attention_variants.py --prepare .dev/gpu/kernel
