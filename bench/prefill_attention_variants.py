@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from prefill_attention import QUERY  # noqa: E402
 from sm75_prefill_lib import (  # noqa: E402
     KERNEL_FILES,
     PTX,
@@ -249,7 +250,7 @@ def timed(fn, reps: int) -> dict:
 
 
 def time_variants(
-    torch, lib, vs: list[dict], contexts, reps: int, ceiling: float, queries=None
+    torch, lib, vs: list[dict], contexts, reps: int, ceiling: float, queries=(QUERY,)
 ) -> list[dict]:
     """Each shape on bench/prefill_attention.py's cases, automatic split; the
     shipped shape also with every page of the table one of 64 (the keys an
@@ -257,17 +258,14 @@ def time_variants(
     with the split of the previous rule (uniform_splits_for), beside the
     launcher's. ``queries``: the query lengths, e.g. ones whose CTAs fill
     whole waves beside 2,048, whose last wave is split."""
-    from prefill_attention import KV_HEADS, QUERY, causal_flops, make_inputs
+    from prefill_attention import KV_HEADS, causal_flops, make_inputs
     from turing_cycle_model import uniform_splits_for
 
     device_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     rows = []
     for hd, query, ctx in (
-        (hd, q, c)
-        for hd in sorted({v["head_dim"] for v in vs})
-        for q in queries or (QUERY,)
-        for c in contexts
+        (hd, q, c) for hd in sorted({v["head_dim"] for v in vs}) for q in queries for c in contexts
     ):
         inp = make_inputs(query, ctx, hd)
         resident = dict(
@@ -331,7 +329,7 @@ def time_variants(
 
 
 def run_gpu(
-    tree: Path, reps: int, contexts, head_dims=None, sms=(), queries=None
+    tree: Path, reps: int, contexts, head_dims=None, sms=(), queries=(QUERY,)
 ) -> tuple[dict, dict]:
     import torch
     from mma_microbench import describe, mma_microbench
@@ -411,8 +409,8 @@ def figures_gpu(body: dict) -> dict:
     }
     for i, r in enumerate(body["rows"]):
         kind = r.get("kv", "paged")
-        # The query length in the key only where it is not the default 2,048.
-        q = "" if r["query_len"] == 2048 else f".q{r['query_len']}"
+        # The query length in the key only where it is not the default.
+        q = "" if r["query_len"] == QUERY else f".q{r['query_len']}"
         key = f"{r['variant']}{q}.ctx{r['context_len']}" + (f".{kind}" if kind in kinds else "")
         what = f"shape {r['variant']}, {r['query_len']} query tokens after {r['context_len']:,}" + (
             kinds.get(kind, "")
@@ -507,7 +505,7 @@ def build_only(tree: Path, lib: Path) -> int:
 
 
 def sweep(
-    tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None, sms=(), queries=None
+    tree: Path, out: Path, reps: int, contexts: list[int], head_dims=None, sms=(), queries=(QUERY,)
 ) -> int:
     """The GPU run: microbenchmarks, checks and timings of every shape (of
     ``head_dims`` only, where given; the shipped ones also on ``sms`` SMs)."""
@@ -560,7 +558,7 @@ def main() -> int:
     ap.add_argument(
         "--contexts", type=int, nargs="+", default=list(CONTEXTS), help="context lengths timed"
     )
-    ap.add_argument("--queries", type=int, nargs="+", help="query lengths timed (default: 2048)")
+    ap.add_argument("--queries", type=int, nargs="+", default=[QUERY], help="query lengths timed")
     ap.add_argument(
         "--head-dims",
         type=int,
