@@ -42,11 +42,12 @@ from serieskit.series import series  # noqa: E402
 KERNEL = "csrc/sm7x/paged_prefill_attention_sm75.cu"
 SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-# SM, shared lookups, XOR addressing, S accumulator sets, lazy max, lookups
-# ahead> in the kernel's mangled name. Older names still parse: before
+# SM, shared lookups, XOR addressing, lazy max, lookups ahead, K and V staged
+# together> in the kernel's mangled name. Older names still parse: before
 # 2026-12-02 there were seven; the series at df72e25 had another eighth, a
-# flag (the overlapped key loop), and builds of 2026-12-02 a twelfth (key
-# tiles per loop trip), both measured slower and dropped.
+# flag (the overlapped key loop); until 2026-12-03 the eighth was the number
+# of S accumulator sets, the tenth where the lookups are read ahead (0 to 2),
+# and builds of 2026-12-02 had a twelfth (key tiles per loop trip).
 TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
 TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
@@ -57,7 +58,8 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     each later parameter that is not its default ("s2": two sets of S
     accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
     max, "a1" / "a2": the block-table lookups a tile ahead, "r2": the key
-    loop unrolled by two tiles, in the builds of 2026-12-02 that had it). So a
+    loop unrolled by two tiles, in the builds of 2026-12-02 that had it,
+    "kv": the next tile's K and V staged together). So a
     shipped shape has the same traits in every revision. The dropped sweep
     options (the ping-pong, steps per tile) are named in their sweeps'
     results files, never parsed again from a build."""
@@ -65,8 +67,13 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     if not m:
         return None
     args = TRAIT_ARG.findall(m.group(1))
-    extra: list[str] = []
-    for i, (kind, value) in enumerate(args[7:]):
+    later = args[7:]
+    if "".join(kind for kind, _ in later) == "bbb":  # since 2026-12-03
+        tags = ("lz", "a1", "kv")
+        extra = [tag for tag, (_, value) in zip(tags, later, strict=True) if value == "1"]
+        return tuple(int(v) for _, v in args[:7]) + tuple(extra)
+    extra = []
+    for i, (kind, value) in enumerate(later):
         if i == 0 and kind == "b":  # df72e25's eighth, a flag
             extra += ["ov"] if value == "1" else []
         elif i == 0:

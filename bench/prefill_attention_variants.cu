@@ -23,26 +23,25 @@ namespace vllm::sm7x {
 namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
-// SM, shared lookups, XOR addressing[, score accumulator sets[, lazy max[,
-// lookups ahead]]]>. The shipped traits come first per head dim; the rest
-// are the shapes that fit a Turing SM beside them: each shape the shipped
-// one replaced (head dims 64 and 256 without the block-table lookups a tile
-// ahead), the lookups in their other place at head dim 64 and a tile ahead
-// at head dim 128, the lazy max at head dim 128, the previous revisions'
-// 32-key tiles at head dim 64 and 8 warps with 64-key tiles at head dim 128,
-// and one set of S accumulators at head dim 256.
-#define SM75_VARIANTS(X)                                       \
-  X(Hd64)                                                      \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true>)       \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, 1, true, 2>)    \
-  X(PrefillTraits<64, 4, 2, 32, 2, true, true, 1, true>)       \
-  X(Hd128)                                                     \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, true>)     \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, 1, false, 1>) \
-  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)               \
-  X(Hd256)                                                     \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, 2>)            \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)
+// SM, shared lookups, XOR addressing[, lazy max[, lookups ahead[, K and V
+// staged together]]]>. The shipped traits come first per head dim; the rest
+// are the shapes that fit a Turing SM beside them: the shapes the shipped
+// ones replaced (head dim 64 without the block-table lookups a tile ahead,
+// head dim 256 with K and then V staged in one set of registers), the
+// lookups a tile ahead at head dims 128 and 256, the lazy max at head dim
+// 128, and the previous revisions' 32-key tiles at head dim 64 and 8 warps
+// with 64-key tiles at head dim 128.
+#define SM75_VARIANTS(X)                                             \
+  X(Hd64)                                                            \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, true>)                \
+  X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>)                \
+  X(Hd128)                                                           \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, true>)              \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, true>)       \
+  X(PrefillTraits<128, 8, 1, 64, 1, true, true>)                     \
+  X(Hd256)                                                           \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true>)                     \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, true>)
 
 template <class T>
 struct Variant {
@@ -111,9 +110,9 @@ struct Variant {
 
 struct Entry {
   const char* traits;
-  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, score_sets,
-      rows, lookup_ahead;
-  bool lazy_max, shared_lookups, xor_addressing, shipped;
+  int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, rows;
+  bool lookup_ahead, stage_kv, lazy_max, shared_lookups, xor_addressing,
+      shipped;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, int64_t, cudaStream_t);
   cudaError_t (*auto_split)(const PagedPrefillAttentionParams&,
@@ -128,9 +127,9 @@ struct Entry {
         __VA_ARGS__::kKeys,                \
         __VA_ARGS__::kMinCtasPerSm,        \
         __VA_ARGS__::kSmemBytes,           \
-        __VA_ARGS__::kScoreSets,           \
         __VA_ARGS__::kRows,                \
         __VA_ARGS__::kLookupAhead,         \
+        __VA_ARGS__::kStageKV,             \
         __VA_ARGS__::kLazyMax,             \
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
@@ -155,9 +154,9 @@ int sm75v_count() { return kCount; }
 
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
-// 1), dynamic shared bytes per CTA, S accumulator sets, lazy max (0 or 1),
-// packed query rows per CTA, where the lookups are read ahead (0 to 2); -1
-// for an index out of range.
+// 1), dynamic shared bytes per CTA, K and V staged together, lazy max,
+// packed query rows per CTA, the lookups a tile ahead (those three 0 or 1);
+// -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
   const auto& e = kEntries[i];
@@ -170,10 +169,10 @@ int sm75v_shape(int i, int* out) {
   out[6] = e.xor_addressing ? 1 : 0;
   out[7] = e.shipped ? 1 : 0;
   out[8] = e.smem_bytes;
-  out[9] = e.score_sets;
+  out[9] = e.stage_kv ? 1 : 0;
   out[10] = e.lazy_max ? 1 : 0;
   out[11] = e.rows;
-  out[12] = e.lookup_ahead;
+  out[12] = e.lookup_ahead ? 1 : 0;
   return 0;
 }
 

@@ -78,7 +78,8 @@ def traits_key(shape: dict) -> tuple:
     which may name options measured and dropped on 2026-12-02: the ping-pong,
     steps per tile, K/V loads without L1 allocation or through another cache
     path, staged loads in slices, the head dim split across a pair of
-    warps, Q in shared memory) as prefill_attention_static.traits_of reads
+    warps, Q in shared memory, and on 2026-12-03 two S accumulator sets,
+    which head dim 256 shipped until then) as prefill_attention_static.traits_of reads
     it from the kernel's
     name: the later options only where not their defaults."""
     sets, steps = shape.get("score_sets", 1), shape.get("sub_tiles", 1)
@@ -96,6 +97,7 @@ def traits_key(shape: dict) -> tuple:
         + ((f"q{shape['q_smem_chunks']}",) if shape.get("q_smem_chunks") else ())
         + ((f"r{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
         + (("pf",) if shape.get("prefetch_l2") else ())
+        + (("kv",) if shape.get("stage_kv") else ())
     )
 
 
@@ -207,21 +209,20 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     for i in range(lib.sm75v_count()):
         s = (ctypes.c_int * 13)()
         lib.sm75v_shape(i, s)
-        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, sets, lazy, rows = list(s)[:12]
+        hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, kv, lazy, rows = list(s)[:12]
         ahead = s[12]
         out.append(
             {
                 "index": i,
-                # The savings only where they are off, the S accumulator
-                # sets where there are more than one, the lazy max where on:
-                # hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0, hd256.w8m1k16c1.s2,
-                # hd64.w4m2k64c2.lz.
+                # The savings only where they are off, the other options
+                # where on: hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0,
+                # hd64.w4m2k64c2.lz.a1, hd256.w8m1k16c1.kv.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
-                + ("" if sets == 1 else f".s{sets}")
                 + (".lz" if lazy else "")
-                + (f".a{ahead}" if ahead else ""),
+                + (f".a{ahead}" if ahead else "")
+                + (".kv" if kv else ""),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -232,10 +233,10 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "xor_addressing": xor,
                 "shipped": bool(shipped),
                 "dynamic_shared_bytes": smem,
-                "score_sets": sets,
                 "lazy_max": bool(lazy),
                 "rows_per_cta": rows,
                 "lookup_ahead": ahead,
+                "stage_kv": bool(kv),
             }
         )
     return out

@@ -126,6 +126,10 @@ def test_stall_summary_shares_the_samples_by_reason_and_opcode(tmp_path):
         ("Li2ELb1E", (256, 8, 1, 16, 1, 1, 1, "s2", "lz")),
         ("Lb0E", (256, 8, 1, 16, 1, 1, 1)),  # df72e25's overlapped loop, off
         ("Lb1E", (256, 8, 1, 16, 1, 1, 1, "ov")),  # and on
+        # Since 2026-12-03: lazy max, lookups ahead, K and V staged together.
+        ("Lb0ELb0ELb1E", (256, 8, 1, 16, 1, 1, 1, "kv")),
+        ("Lb1ELb1ELb0E", (256, 8, 1, 16, 1, 1, 1, "lz", "a1")),
+        ("Li1ELb1ELi1E", (256, 8, 1, 16, 1, 1, 1, "lz", "a1")),  # the same before
     ],
 )
 def test_traits_of_a_name_are_the_same_in_every_revision(eighth, traits):
@@ -135,7 +139,14 @@ def test_traits_of_a_name_are_the_same_in_every_revision(eighth, traits):
     )
     assert st.traits_of(name) == traits
     shape = dict(zip(lib75.TRAITS_KEYS, traits[:7], strict=True))
-    if eighth.startswith("Li"):
+    if eighth.startswith("Lb") and len(eighth) > 4:
+        options = {
+            "lazy_max": "lz" in traits,
+            "lookup_ahead": int("a1" in traits),
+            "stage_kv": "kv" in traits,
+        }
+        assert lib75.traits_key({**shape, **options}) == traits
+    elif eighth.startswith("Li") and len(eighth) == 8:
         options = {"score_sets": int(eighth[2]), "lazy_max": eighth.endswith("Lb1E")}
         assert lib75.traits_key({**shape, **options}) == traits
         # An older sweep's results file names the ping-pong there.
