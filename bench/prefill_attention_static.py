@@ -48,7 +48,9 @@ SASS_TOOLS = ("nvidia-cuda-cuobjdump==13.4.92", "nvidia-cuda-nvdisasm==13.4.92")
 # flag (the overlapped key loop); until 2026-12-03 the eighth was the number
 # of S accumulator sets, the tenth where the lookups are read ahead (0 to 2),
 # and builds of 2026-12-02 had a twelfth (key tiles per loop trip).
-TRAITS = re.compile(r"PrefillTraitsI((?:L[bi]\d+E){7,})E")
+# The attention kernel's name only: the split-KV merge kernel is a template
+# of the same traits.
+TRAITS = re.compile(r"paged_prefill_attention_sm75_kernelI\w*?PrefillTraitsI((?:L[bi]\d+E){7,})E")
 TRAIT_ARG = re.compile(r"L([bi])(\d+)E")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
 

@@ -718,7 +718,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     op's benchmark, the shapes table the sweep, fastest shape first."""
     ev = evidence.Evidence(REPO)
     attention = benchmarks.attention(ev)
-    assert "bench_prefill_attention_033_h200_20261203_3.json" in attention
+    assert "bench_prefill_attention_033_h200_20261203_4.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
     assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
@@ -731,12 +731,15 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
     rows; a later sweep of every head dim replaces them all: the newest
-    (head dim 256 only, the lazy max beside the final kernel) gives head dim
-    256's table, the last of every head dim (an option beside the final
-    kernel) the others'; the earlier files are not cited."""
+    (head dim 256 only, K and V staged together beside the shape shipped
+    then) gives head dim 256's table, the last of every head dim (an option
+    beside the kernel of its day) the others'; the earlier files are not
+    cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
     earlier = (
+        "bench_prefill_variants_033_h200_latek.json",
+        "bench_prefill_variants_033_h200_lazy_a2.json",
         "bench_prefill_variants_033_h200_roleloops.json",
         "bench_prefill_variants_033_h200_waves.json",
         "bench_prefill_variants_033_h200_l2ahead.json",
@@ -762,7 +765,7 @@ def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
         "bench_prefill_variants_033_h200_stream.json",
     )
     assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
-    assert "bench_prefill_variants_033_h200_lazy_a2.json" in shapes
+    assert "bench_prefill_variants_033_h200_latek2.json" in shapes
     assert not any(f in shapes for f in earlier)
     tables = shapes.split("| head dim | shape |")[1:]
     assert len(tables) == 2
