@@ -53,7 +53,7 @@ JARGON = [
     ),
     (re.compile(r"\bseries\b", re.I), "this change / these commits"),
     (re.compile(r"\btoolkit\b", re.I), "(nothing: the reviewer has only the vLLM tree)"),
-    (re.compile(r"\bthe pin\b|\bpinned (?:base|release)\b", re.I), "vLLM 0.33.0"),
+    (re.compile(r"\bthe pin\b|\bpinned (?:base|release)\b", re.I), "vLLM X.Y.Z, the release"),
     (re.compile(r"\bport(?:ed|s)?\b", re.I), "this change on vLLM X"),
     (re.compile(r"\bstale\b", re.I), "measured on an earlier revision / another base, in words"),
     (re.compile(r"check\.json|\bnox\b", re.I), "(a file or tool the reviewer does not have)"),
