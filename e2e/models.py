@@ -43,12 +43,23 @@ SEED = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
-LAYERS = {"seed": 16, "small": 4}
+# Head dim 128 (a Qwen3-8B layer: 32 query / 8 KV heads), for the time to first
+# token through the engine (bench/prefill_ttft.py).
+HD128 = dict(
+    SEED,
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+)
+BASES = {"seed": SEED, "small": SEED, "hd128": HD128}
+LAYERS = {"seed": 16, "small": 4, "hd128": 8}
 CHUNK = 2048  # the harness's max_num_batched_tokens
 
 
 def config(name: str, layers: int | None, base: dict | None = None) -> dict:
-    return dict(base or SEED, num_hidden_layers=layers or LAYERS[name])
+    return dict(base or BASES[name], num_hidden_layers=layers or LAYERS[name])
 
 
 def folder(name: str, layers: int | None, root: Path = ROOT) -> Path:

@@ -51,6 +51,12 @@ BENCHES=(
   "150 bench_prefill_attention.json python3 bench/prefill_attention.py"
   "210 bench_prefill_crossover.json python3 bench/prefill_crossover.py --reps 40 --head-dims 256 128 64"
 )
+# Through the engine, alone on the GPU, in a call of its own after `tests`
+# (call 3 has no room for it): BENCH_ONLY="prefill_ttft.json" NO_ALONE=1
+# NO_BATCH=1 bash gpu/evidence.sh bench, carrying part2 and MANIFEST.sha256.
+EXTRA_BENCHES=(
+  "480 prefill_ttft.json python3 bench/prefill_ttft.py"
+)
 # ----------------------------------------------------------------------------------
 
 STEPS="stage bench tests batch"
@@ -188,7 +194,7 @@ case $step in
     after=("${BENCHES[@]:1}")
     if [ -n "${BENCH_ONLY:-}" ]; then # a re-run of some: each after the build, which they may need
       after=()
-      for b in "${BENCHES[@]}"; do
+      for b in "${BENCHES[@]}" "${EXTRA_BENCHES[@]}"; do
         read -r _ out _ <<<"$b"
         [[ " $BENCH_ONLY " != *" $out "* ]] || after+=("$b")
       done
@@ -215,7 +221,7 @@ case $step in
       TEST_TIMEOUT=$((t > 60 ? t - 30 : t)) bounded "$t" tests-alone \
         python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests_alone.json" "${files[@]}"
     fi
-    start_batch
+    [ "${NO_BATCH:-0}" = 1 ] || start_batch
     ;;
   tests)
     [ -d "$ev/batch" ] || start_batch

@@ -39,6 +39,7 @@ RETURNED = {
     "bench_prefill_attention.json": "bench_prefill_attention",
     "bench_prefill_crossover.json": "bench_prefill_crossover",
     "nvfp4_dequant.json": "nvfp4_dequant",
+    "prefill_ttft.json": "prefill_ttft",
 }
 PURPOSE = (
     "the series' single-GPU evidence at its head, in one sitting of the GPU machine "
