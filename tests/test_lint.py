@@ -375,3 +375,29 @@ def test_the_first_run_says_it_installs_the_hooks(tmp_path, monkeypatch):
     home.mkdir()
     (home / "db.db").write_bytes(b"")  # what pre-commit leaves after its first run
     assert lint.first_run_note() is None
+
+
+def test_a_frozen_rev_is_read_as_the_tag_beside_it():
+    """vLLM 0.34.0 pins its hook repositories with `pre-commit autoupdate
+    --freeze`: a commit, with the tag in a comment. The PyPI package of the
+    hook is installed at that tag, not at the commit (which pip refuses)."""
+    import yaml
+
+    sha = "f368fb366ff7f2f808dd324b83a6d32267799e19"
+    text = (
+        "repos:\n"
+        "- repo: https://github.com/astral-sh/ruff-pre-commit\n"
+        f"  rev: {sha}  # frozen: v0.17.2\n"
+        "  hooks:\n"
+        "  - id: ruff-check\n"
+        "- repo: https://github.com/example/unknown\n"
+        "  rev: 7777777777777777777777777777777777777777\n"
+        "  hooks:\n"
+        "  - id: sha\n"
+    )
+    config = lint.unfreeze(yaml.safe_load(text), text)
+    offline, hooks = lint.offline_config(config, which=lambda _: None)
+    (ruff,) = offline["repos"][0]["hooks"]
+    assert "ruff==0.17.2" in ruff["additional_dependencies"]
+    verdicts = {h.id: h.verdict for h in hooks}
+    assert verdicts["sha"].startswith("not run: pinned to a commit (777777777777)")

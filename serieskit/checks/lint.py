@@ -142,6 +142,22 @@ def version_of(rev: str) -> str:
     return rev[1:] if re.fullmatch(r"v\d.*", rev) else rev
 
 
+_FROZEN = re.compile(r"^\s*rev:\s*([0-9a-f]{40})\s*#\s*frozen:\s*(\S+)", re.M)
+
+
+def unfreeze(config: dict, text: str) -> dict:
+    """Revs that ``pre-commit autoupdate --freeze`` pinned to a commit, with
+    the tag it wrote beside them (``rev: <sha>  # frozen: v0.17.2``), read as
+    that tag: the release a PyPI package of the hook has (YAML drops the
+    comment, so it is read from the text)."""
+    tags = dict(_FROZEN.findall(text))
+    for repo in config.get("repos", []):
+        rev = str(repo.get("rev", ""))
+        if rev in tags:
+            repo["rev"] = tags[rev]
+    return config
+
+
 def _stages(hook: dict, default: list[str] | None) -> set[str]:
     return set(hook.get("stages") or default or [STAGE, *LOCAL_STAGES])
 
@@ -259,7 +275,8 @@ def write_offline_config(tree: Path, dest: Path) -> list[Hook]:
     if not path.is_file():
         raise ToolkitError(f"the linted tree has no {CONFIG}")
     try:
-        config = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        config = unfreeze(yaml.safe_load(text), text)
     except yaml.YAMLError as e:
         raise ToolkitError(f"{CONFIG} of the linted tree does not parse: {e}") from None
     offline, hooks = offline_config(config)
