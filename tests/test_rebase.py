@@ -270,3 +270,18 @@ def test_added_beside_caps_the_list(root, cache, monkeypatch):
     out = "\n".join(lines)
     assert "... and 3 more" in out and "--diff-filter=A" in out
     rebase.abort(root, log=quiet)
+
+
+def test_export_after_a_rebase_onto_the_pins_own_release(root):
+    """The rebased tree is made from patches/ as they are: export writes it
+    without --force; a patch file edited since the apply still stops it."""
+    from serieskit.series import export
+
+    make_series(root)
+    rebase.start(root, "vllm==0.0.1", log=quiet)
+    export.export(root, log=quiet)  # refused before: "patches/ changed since ..."
+    first = root / "patches" / "0001-Kernel-Change-f0.patch"
+    first.write_text(first.read_text() + "\n")
+    rebase.start(root, "vllm==0.0.1", log=quiet)
+    with pytest.raises(ToolkitError, match="changed since the work tree was made"):
+        export.export(root, log=quiet)

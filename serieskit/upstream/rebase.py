@@ -200,10 +200,15 @@ def _finish(root: Path, log) -> Path:
     )
     counts = summarize(rd)
     report = write_report(root, rb, new_head, rd, counts)
+    # patches/ still as the tree was made from it (the fingerprint the rebase
+    # started with): the rebased tree is made from it too, so export may write
+    # it (a rebase onto the pin's own release is exported at once). Otherwise
+    # none: export refuses until apply or --force.
+    unchanged = state.fingerprint == series.fingerprint(root, rb.old_base)
     state.base, state.base_label, state.head = rb.onto, rb.target, new_head
     state.applied = state.total = len(git.commits(repo, f"{rb.onto}..HEAD"))
     rb.done = True
-    state.fingerprint = None
+    state.fingerprint = series.fingerprint(root, rb.onto) if unchanged else None
     state.save(root)
     log(f"rebase: done, {format_counts(counts)}; report {report.relative_to(root)}")
     if rb.update_pin:
