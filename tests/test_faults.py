@@ -1058,6 +1058,20 @@ def test_finished_release_rebase_then_update_pin(sk, root, cache):
     assert "matches patches/" in ok(sk("status")).out
 
 
+
+def test_abort_after_a_finished_rebase_names_the_way_back(sk, root, cache):
+    """--abort has nothing to abort once a rebase finished: its error names
+    the way back to the pin's series and where earlier work is kept."""
+    repo = make_series(sk, root)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    ok(sk("rebase", "vllm==0.0.2"))
+    head = rev(repo, "HEAD")
+    error_line(sk("rebase", "--abort"), "nothing to abort", "apply -- --force", "0.0.2")
+    assert rev(repo, "HEAD") == head
+    ok(sk("apply", "--force"))  # keeps the rebased commits
+    line = error_line(sk("rebase", "--abort"), "nothing to abort", "nox -s status")
+    assert "refs/series/backup/" in line and "for-each-ref" in line, line
+
 def make_fork(tmp_path: Path, repo: Path) -> Path:
     """A git repository whose main is the base plus one upstream commit."""
     fork = tmp_path / "fork"
