@@ -285,3 +285,33 @@ def test_export_after_a_rebase_onto_the_pins_own_release(root):
     rebase.start(root, "vllm==0.0.1", log=quiet)
     with pytest.raises(ToolkitError, match="changed since the work tree was made"):
         export.export(root, log=quiet)
+
+
+def test_update_pin_keeps_pin_comments_and_advises_torch_only_when_it_changed(root, cache):
+    """pin.toml's comments and lines it does not own stay; the torch advice
+    comes only where the new release pins another torch, naming both."""
+    make_series(root)
+    pin = root / "pin.toml"
+    text = pin.read_text().replace(
+        'commit = "', '# why the CPU tests use 2.14.1\ntorch = "2.14.1"  # kept\ncommit = "'
+    )
+    pin.write_text(text + "\n# a closing note\n")
+    cuda = "requirements/cuda.txt"
+    add_release(cache, "0.0.2", {**UPSTREAM_CHANGE, cuda: "torch==2.14.0\n"})
+    add_release(cache, "0.0.3", {**UPSTREAM_CHANGE, cuda: "torch==2.14.0\nnumpy\n"})
+    add_release(cache, "0.0.4", {**UPSTREAM_CHANGE, cuda: "torch==2.15.0\n"})
+    rebase.start(root, "vllm==0.0.2", update_pin=True, log=quiet)
+    apply.apply(root, log=quiet)
+    lines: list[str] = []
+    rebase.start(root, "vllm==0.0.3", update_pin=True, log=lines.append)
+    assert not any("torch" in line for line in lines), lines  # 2.14.0 on both
+    after = pin.read_text()
+    assert "# why the CPU tests use 2.14.1\n" in after and "# a closing note\n" in after
+    assert 'torch = "2.14.1"  # kept\n' in after and 'version = "0.0.3"' in after
+    assert base.read_pin(root).version == "0.0.3"
+    apply.apply(root, log=quiet)
+    lines.clear()
+    rebase.start(root, "vllm==0.0.4", update_pin=True, log=lines.append)
+    advice = [line for line in lines if "torch" in line]
+    assert len(advice) == 1 and "2.15.0" in advice[0] and "2.14.0" in advice[0], lines
+    assert "2.14.1" in advice[0]

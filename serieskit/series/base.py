@@ -153,9 +153,20 @@ def read_ports(root: Path) -> list[Port]:
 
 
 def write_pin(root: Path, pin: Pin) -> None:
-    """Write the [base] table; the [[port]] tables there stay as they are."""
+    """Write the [base] table's values. An existing file is edited in place:
+    its comments (why the CPU tests use another torch, ...), the lines and
+    tables the toolkit does not own ([[port]] ones included) stay as written."""
     path = root / PIN_FILE
-    ports = read_ports(root) if path.exists() else []
+    if path.exists():
+        text = _pin_edited(path.read_text(), pin)
+        try:  # a file the edit cannot keep valid is refused, not written
+            _release_fields(path, "base", tomllib.loads(text)["base"])
+        except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+            raise ToolkitError(
+                f"cannot set the pin in {path} ({e}): edit its [base] by hand"
+            ) from None
+        files.write(path, text)
+        return
     files.write(
         path,
         "# The upstream vLLM release the series applies to: its source\n"
@@ -165,9 +176,55 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
-        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else "")
-        + "".join(_port_table(p) for p in ports),
+        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else ""),
     )
+
+
+_KEY_LINE = re.compile(r"^(\s*)(version|sha256|commit|torch)(\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$")
+
+
+def _pin_edited(text: str, pin: Pin) -> str:
+    """``text`` with the [base] table's values set to ``pin``'s, line by line:
+    each key's value replaced where it stands (a trailing comment kept), a
+    key it lacks added after the table's last one, torch dropped if unset."""
+    values = {"version": pin.version, "sha256": pin.sha256, "commit": pin.commit or ""}
+    if pin.torch:
+        values["torch"] = pin.torch
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    table, last = None, None
+    for line in lines:
+        if m := re.match(r"^\s*\[+\s*([^\]]+?)\s*\]+", line):
+            table = m.group(1)
+        m = _KEY_LINE.match(line.rstrip("\n"))
+        if table == "base" and m:
+            key = m.group(2)
+            if key not in values:  # torch, no longer set
+                continue
+            value = values.pop(key)
+            line = f'{m.group(1)}{key}{m.group(3)}"{value}"{m.group(5)}\n'
+            out.append(line)
+            last = len(out)
+            continue
+        out.append(line)
+        if table == "base" and last is None and line.strip() == "[base]":
+            last = len(out)
+    if last is None:  # no [base] table: one at the top
+        out[:0] = ["[base]\n"]
+        last = 1
+    out[last:last] = [f'{key} = "{value}"\n' for key, value in values.items()]
+    return "".join(out)
+
+
+def torch_required(repo: Path, commit: str) -> str | None:
+    """The torch release the vLLM tree at ``commit`` pins (``torch==`` in its
+    requirements/cuda.txt, else pyproject.toml); None where neither says."""
+    for name in ("requirements/cuda.txt", "pyproject.toml"):
+        proc = git.run(repo, "show", f"{commit}:{name}")
+        text = (proc.stdout or b"").decode(errors="replace") if proc.returncode == 0 else ""
+        if m := re.search(r"""^\s*["']?torch\s*==\s*([0-9][^\s;,"'+]*)""", text, re.M):
+            return m.group(1)
+    return None
 
 
 def _port_table(port: Port) -> str:

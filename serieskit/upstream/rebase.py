@@ -146,17 +146,20 @@ def update_pin(root: Path, log=print) -> None:
             "names a PyPI release; `nox -s apply -- --force` goes back to it"
         )
     assert rb.version
-    sha = rb.sha256 or base.recorded_sha256(series.work_repo(root), rb.onto) or ""
+    repo = series.work_repo(root)
+    sha = rb.sha256 or base.recorded_sha256(repo, rb.onto) or ""
     old = base.read_pin(root)
     base.write_pin(root, base.Pin(rb.version, sha, rb.onto, old.torch))
     state.rebase = None
     state.fingerprint = None  # patches/ are about to be written from the tree
     state.save(root)
     log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
-    if old.torch:
+    was, now = base.torch_required(repo, rb.old_base), base.torch_required(repo, rb.onto)
+    if old.torch and was != now:  # the same torch on both: pin.toml's torch still holds
         log(
-            f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
-            f"set the torch vLLM {rb.version} pins"
+            f"rebase: vLLM {rb.version} pins torch {now or '(none found)'}, vLLM "
+            f"{rb.old_label} pinned {was or '(none found)'}: the CPU tests still install "
+            f"torch {old.torch} (pin.toml: torch); set the one to test {rb.version} with"
         )
     export.export(root, force=True, log=log)
 
