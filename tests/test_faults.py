@@ -902,6 +902,53 @@ def test_unreachable_index_is_said_so(sk, root, monkeypatch):
     assert "has no source distribution" not in res.err
 
 
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch):
+    """pip's index: a folder holding vLLM 0.32.0, 0.33.0 and 0.34.0's sdists (by name)."""
+    links = tmp_path / "links"
+    links.mkdir()
+    for v in ("0.32.0", "0.33.0", "0.34.0"):
+        (links / f"vllm-{v}.tar.gz").write_bytes(b"not read\n")
+    for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    return links
+
+
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--check", "vllm==9.9.9"], ["0.34.0, 0.33.0, 0.32.0", "--check vllm==0.34.0`"]),
+        (["--check", "vllm==0.34"], ["named in full (0.34.0)", "--check vllm==0.34.0`"]),
+        (["vllm==0.34"], ["named in full (0.34.0)", "`nox -s rebase -- vllm==0.34.0`"]),
+    ],
+)
+def test_a_release_without_an_sdist_names_the_ones_there(sk, root, local_index, argv, needles):
+    make_series(sk, root)
+    error_line(sk("rebase", *argv), "has no source distribution", *needles)
+    assert not rebase_recorded(root)
+
+
+def rebase_recorded(root: Path) -> bool:
+    path = root / ".work" / "state.json"
+    return bool(json.loads(path.read_text()).get("rebase")) if path.exists() else False
+
+
+def test_rebase_check_ends_with_the_rebase_that_acts_on_it(sk, root, cache):
+    make_series(sk, root)
+    add_release(cache, "0.0.2", NEAR_PATCH_2)
+    add_release(cache, "0.0.3", TWO_CONFLICTS)
+    last = ok(sk("rebase", "--check", "vllm==0.0.2")).out.splitlines()[-1]
+    assert last.startswith("next: `nox -s rebase -- vllm==0.0.2`"), last
+    assert "will not stop" in last
+    last = ok(sk("rebase", "--check", "vllm==0.0.2", "vllm==0.0.3")).out.splitlines()[-1]
+    assert last.startswith("next: `nox -s rebase -- vllm==0.0.3` (stops at 1 patch(es)"), last
+    assert names(root)[0] in last  # the conflict at patch 3 follows from patch 1's
+    assert "`nox -s rebase -- vllm==0.0.2`, which will not stop" in last
+
 # --- 11: a rebase with two conflicts ----------------------------------------
 
 TWO_CONFLICTS = {

@@ -37,6 +37,15 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
+class NoSdist(ToolkitError):
+    """The index has no sdist of the release asked for (the caller may name
+    the releases it has)."""
+
+    def __init__(self, message: str, version: str) -> None:
+        super().__init__(message)
+        self.version = version
+
+
 @dataclass(frozen=True)
 class Pin:
     version: str
@@ -372,8 +381,9 @@ def _download(name: str, version: str, dest: Path) -> dict:
         text=True,
     )
     if proc.returncode == pipfetch.NOT_FOUND:
-        raise ToolkitError(
-            f"vLLM {version} has no source distribution ({name}) on pip's configured index"
+        raise NoSdist(
+            f"vLLM {version} has no source distribution ({name}) on pip's configured index",
+            version,
         )
     if proc.returncode == pipfetch.UNREACHABLE:
         raise ToolkitError(
