@@ -180,6 +180,8 @@ def _commits(t: Target, state: State, names: list[str], info: dict, log, advise:
     head = git.rev(repo, "HEAD")
     commits = git.commits(repo, f"{state.base}..HEAD") if head and state.base else []
     differ: list[str] = []
+    moved: list[str] = []
+    changed = added = 0
     with tempfile.TemporaryDirectory() as tmp:
         try:
             exported = (
@@ -191,29 +193,55 @@ def _commits(t: Target, state: State, names: list[str], info: dict, log, advise:
         for i, (cid, subject) in enumerate(commits):
             name = exported[i] if i < len(exported) else None
             mine = (Path(tmp) / name).read_bytes() if name else None
-            if name in names and mine == (t.patches / name).read_bytes():
+            theirs = (t.patches / name).read_bytes() if name in names else None
+            if theirs is not None and mine == theirs:
                 mark = "="
             else:
-                mark = "M" if name in names else "+"
                 differ.append(name or cid)
+                if theirs is not None and mine and _same_change(repo, mine, theirs):
+                    # After a rebase: only line numbers and index lines moved
+                    # (what the rebase report counts as unchanged).
+                    mark = "~"
+                    moved.append(name or cid)
+                elif theirs is not None:
+                    mark, changed = "M", changed + 1
+                else:
+                    mark, added = "+", added + 1
             log(f"  {mark} {cid[:12]} {subject}")
     missing = [n for n in names if n not in exported]
     for n in missing:
         log(f"  - {label}/{n} is not in the work tree")
     info["differ"] = differ + missing
+    info["moved"] = moved
     if not (differ or missing):
         log(f"patches:   the work tree matches {label}/")
-    elif advise:
-        log(
-            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
-            f"- not applied): `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` "
-            "the patches"
+        return
+    same = len(commits) - changed - added
+    counts = f"{same} unchanged" + (
+        f" ({len(moved)} of them moved: the same change at new line numbers)" if moved else ""
+    )
+    counts += "".join(
+        f", {n} {what}"
+        for n, what in (
+            (changed, "changed"),
+            (added, f"not in {label}/"),
+            (len(missing), "not applied"),
         )
-    else:
-        log(
-            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
-            "- not applied)"
-        )
+        if n
+    )
+    legend = f"= same, ~ moved, M changed, + not in {label}/, - not applied"
+    ways = (
+        f": `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` the patches"
+        if advise
+        else ""
+    )
+    log(f"patches:   {counts} ({legend}){ways}")
+
+
+def _same_change(repo: Path, a: bytes, b: bytes) -> bool:
+    """The two patches make the same change (``git patch-id --stable``: line
+    numbers, index lines and whitespace aside), whatever their message."""
+    return git.patch_id(repo, a) == git.patch_id(repo, b) != ""
 
 
 def _uncommitted(repo: Path, info: dict, log) -> None:

@@ -315,3 +315,31 @@ def test_update_pin_keeps_pin_comments_and_advises_torch_only_when_it_changed(ro
     advice = [line for line in lines if "torch" in line]
     assert len(advice) == 1 and "2.15.0" in advice[0] and "2.14.0" in advice[0], lines
     assert "2.14.1" in advice[0]
+
+
+def test_status_after_a_rebase_tells_moved_patches_from_changed_ones(root, cache):
+    """After a rebase a patch file differs from the work tree in line numbers
+    and index lines only: status shows it as moved, and its counts are the
+    report's."""
+    utils = BASE_FILES["vllm/utils.py"]
+    f15 = utils.replace("return 15\n", "return 150\n")
+    make_series(
+        root,
+        [
+            ("vllm/utils.py", f15, "[Core] f15"),
+            ("vllm/new.py", "NEW = 1\n", "[Core] Add new module"),
+            ("vllm/utils.py", f15.replace("return 10\n", "return 110\n"), "[Misc] f10"),
+        ],
+    )
+    upstream = "# upstream's header\n" + utils.replace("return 11\n", "return 1100\n")
+    # Patch 1 moves a line down; patch 3's context (f11) changed.
+    add_release(cache, "0.0.2", {**BASE_FILES, "vllm/utils.py": upstream})
+    lines: list[str] = []
+    report = rebase.start(root, "vllm==0.0.2", log=lines.append)
+    assert "- patches: 2 unchanged, 1 changed, 0 dropped, 0 added" in report.read_text()
+    lines.clear()
+    info = status.status(root, log=lines.append)
+    out = "\n".join(lines)
+    assert "~ " in out and " M " in out, out
+    assert "patches:   2 unchanged (1 of them moved" in out and ", 1 changed (" in out, out
+    assert info["moved"] == ["0001-Core-f15.patch"]
