@@ -343,3 +343,25 @@ def test_status_after_a_rebase_tells_moved_patches_from_changed_ones(root, cache
     assert "~ " in out and " M " in out, out
     assert "patches:   2 unchanged (1 of them moved" in out and ", 1 changed (" in out, out
     assert info["moved"] == ["0001-Core-f15.patch"]
+
+
+def test_the_current_base_ref_follows_apply_rebase_and_abort(root, cache):
+    """`series/base/current` names the work tree's base whatever its version:
+    the docs' fixup and sign-off commands use it."""
+    repo = make_series(root)
+
+    def current() -> str | None:
+        return git.rev(repo, base.CURRENT)  # the short name, as the docs give it
+
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    add_release(cache, "0.0.2", UPSTREAM_CHANGE)
+    rebase.start(root, "vllm==0.0.2", log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.2"))
+    apply.apply(root, force=True, log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    add_release(cache, "0.0.3", CONFLICTING)
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.3", log=quiet)
+    rebase.abort(root, log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    assert git.git(repo, "rev-list", "--count", f"{base.CURRENT}..HEAD").strip() == "2"

@@ -98,6 +98,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         and git.branch(repo) == BRANCH
         and not git.dirty_files(repo)
     ):
+        base.mark_current(repo, base_commit)  # a tree made before the ref existed
         log(
             f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
             f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)"
@@ -120,6 +121,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     state.save(t)
     killpoint.reach("apply.started")
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
+    base.mark_current(repo, base_commit)
     apply_each(t, state, names, patches, log)
     state.in_progress = None
     state.fingerprint = fp

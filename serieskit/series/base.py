@@ -82,6 +82,17 @@ def base_ref(version: str) -> str:
     return f"refs/series/base/{version}"
 
 
+# The work tree's base whatever its version (apply, a finished rebase and an
+# abort move it), for commands that must not name one: `git rebase -i
+# series/base/current` (git resolves the short name through refs/).
+CURRENT_REF = "refs/series/base/current"
+CURRENT = "series/base/current"
+
+
+def mark_current(repo: Path, commit: str) -> None:
+    git.git(repo, "update-ref", CURRENT_REF, commit)
+
+
 def _load_pin_file(root: Path) -> tuple[Path, dict]:
     path = root / PIN_FILE
     try:

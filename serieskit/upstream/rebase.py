@@ -213,6 +213,7 @@ def _finish(root: Path, log) -> Path:
     rb.done = True
     state.fingerprint = series.fingerprint(root, rb.onto) if unchanged else None
     state.save(root)
+    base.mark_current(repo, rb.onto)
     log(f"rebase: done, {format_counts(counts)}; report {report.relative_to(root)}")
     if rb.update_pin:
         update_pin(root, log)

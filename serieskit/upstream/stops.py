@@ -19,7 +19,7 @@ from pathlib import Path
 
 from serieskit import files, git
 from serieskit.errors import ToolkitError
-from serieskit.series import safety, series, target
+from serieskit.series import base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase_check
@@ -181,6 +181,7 @@ def abort(where: Path | Target, log=print) -> None:
         _git(repo, f"{kind} --abort", "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
     state.save(t)
+    base.mark_current(repo, rb.old_base)
     log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on vLLM {state.base_label}")
 
 
