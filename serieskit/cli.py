@@ -74,6 +74,7 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
         rebase.cont(root)
     elif args.abort:
         rebase.abort(root)
+        return
     elif args.target:
         try:
             rebase.start(root, args.target[0], update_pin=args.update_pin, force=args.force)
@@ -81,6 +82,7 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
             raise rebase_check.no_sdist(e, check=False) from None
     else:
         rebase.update_pin(root)
+    status.chores(root)  # finished (a stop raised): what the move still asks, on the pin now
 
 
 def cmd_carry(args: argparse.Namespace, t: Target) -> None:

@@ -10,11 +10,12 @@ import tempfile
 from pathlib import Path
 
 from serieskit import git
+from serieskit.checks import docs, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import carry_record, stops
+from serieskit.upstream import carry_record, rebase, stops
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -129,7 +130,79 @@ def status(where: Path | Target, log=print) -> dict:
         advise=state.complete and on_pin and branch == series.BRANCH and not by_hand,
     )
     _uncommitted(repo, info, log)
+    if state.moved and state.base == state.moved.get("onto"):
+        chores(t, log=log)
     return info
+
+
+def chores(where: Path | Target, log=print) -> int:
+    """After a finished rebase (and --update-pin): what the move still asks,
+    each chore with its one command, checked where that is cheap; the last
+    line says whether the move is complete. Returns the chores left."""
+    t = target.of(where)
+    repo, state = t.work, State.load(t)
+    moved = state.moved
+    if not moved or not state.base:
+        return 0
+    rb, left = state.rebase, 0
+    log(f"rebase: the move from vLLM {moved['label']} to {state.base_label}, its chores:")
+
+    def chore(done: bool, what: str, how: str = "") -> None:
+        nonlocal left
+        left += not done
+        log(f"  [{'x' if done else ' '}] {what}" + (f": `{how}`" if how and not done else ""))
+
+    if rb is not None and rb.is_release:  # rebased, not yet pinned
+        chore(
+            False,
+            f"the pin (pin.toml, patches/ still on vLLM {t.version})",
+            t.cmd("rebase", "--update-pin"),
+        )
+    elif rb is None:
+        chore(state.base == t.commit, f"the pin: vLLM {t.version}")
+    chore(False, "the series' tests (not checked here)", t.cmd("test"))
+    try:
+        stale = docs.check(repo) is not None
+        chore(
+            not stale, f"the runtime reference ({'stale' if stale else 'current'})", t.cmd("docs")
+        )
+    except ToolkitError as e:
+        chore(False, f"the runtime reference (not checked: {e})", t.cmd("docs"))
+    path = t.patches / upstream_tests.BASELINE
+    try:
+        on = upstream_tests.Baseline.read(path, str(path)).commit if path.exists() else None
+    except ToolkitError:
+        on = None
+    chore(
+        on == state.base,
+        "the upstream-test baseline ("
+        + (
+            "recorded on this base"
+            if on == state.base
+            else "missing"
+            if on is None
+            else f"recorded on {on[:12]}, not this base"
+        )
+        + ")",
+        t.cmd("test", "--record-upstream-baseline"),
+    )
+    chore(False, "lint (not checked here)", t.cmd("lint"))
+    found = rebase.stale_mentions(t.root, repo, moved["label"], moved["base"], state.base)
+    chore(
+        not found,
+        f"text naming vLLM {moved['label']} or a file {state.base_label} removed: "
+        + (f"{len(found)} line(s) to review (history among them)" if found else "none"),
+    )
+    for line in found[: rebase.MENTIONS_MAX]:
+        log(f"      {line}")
+    if len(found) > rebase.MENTIONS_MAX:
+        log(f"      ... and {len(found) - rebase.MENTIONS_MAX} more")
+    log(
+        "rebase: the move is complete"
+        if not left
+        else f"rebase: the move is not complete: {left} chore(s) above"
+    )
+    return left
 
 
 def _port_lines(pin: Target, info: dict, log) -> None:

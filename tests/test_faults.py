@@ -902,7 +902,6 @@ def test_unreachable_index_is_said_so(sk, root, monkeypatch):
     assert "has no source distribution" not in res.err
 
 
-
 @pytest.fixture
 def local_index(tmp_path, monkeypatch):
     """pip's index: a folder holding vLLM 0.32.0, 0.33.0 and 0.34.0's sdists (by name)."""
@@ -948,6 +947,7 @@ def test_rebase_check_ends_with_the_rebase_that_acts_on_it(sk, root, cache):
     assert last.startswith("next: `nox -s rebase -- vllm==0.0.3` (stops at 1 patch(es)"), last
     assert names(root)[0] in last  # the conflict at patch 3 follows from patch 1's
     assert "`nox -s rebase -- vllm==0.0.2`, which will not stop" in last
+
 
 # --- 11: a rebase with two conflicts ----------------------------------------
 
@@ -1105,7 +1105,6 @@ def test_finished_release_rebase_then_update_pin(sk, root, cache):
     assert "matches patches/" in ok(sk("status")).out
 
 
-
 def test_abort_after_a_finished_rebase_names_the_way_back(sk, root, cache):
     """--abort has nothing to abort once a rebase finished: its error names
     the way back to the pin's series and where earlier work is kept."""
@@ -1118,6 +1117,7 @@ def test_abort_after_a_finished_rebase_names_the_way_back(sk, root, cache):
     ok(sk("apply", "--force"))  # keeps the rebased commits
     line = error_line(sk("rebase", "--abort"), "nothing to abort", "nox -s status")
     assert "refs/series/backup/" in line and "for-each-ref" in line, line
+
 
 def make_fork(tmp_path: Path, repo: Path) -> Path:
     """A git repository whose main is the base plus one upstream commit."""

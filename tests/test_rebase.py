@@ -365,3 +365,40 @@ def test_the_current_base_ref_follows_apply_rebase_and_abort(root, cache):
     rebase.abort(root, log=quiet)
     assert current() == git.rev(repo, base.base_ref("0.0.1"))
     assert git.git(repo, "rev-list", "--count", f"{base.CURRENT}..HEAD").strip() == "2"
+
+
+def test_a_finished_rebase_lists_the_moves_chores(root, cache, capsys):
+    """The checklist after a rebase and after --update-pin: each chore with its
+    command, the text that names the old release or a removed file, and
+    whether the move is complete."""
+    from serieskit import cli
+
+    make_series(root)
+    (root / "docs").mkdir()
+    (root / "docs" / "guide.md").write_text(
+        "# Guide\n\nOn vLLM 0.0.1 the series adds `vllm/setup_gone.py`.\n"
+        "It imports vllm.config.kernel.KernelConfig.\nNothing else (0.0.10 is another).\n"
+    )
+    (root / "README.md").write_text("vLLM **0.0.1**\n")
+    files = {k: v for k, v in UPSTREAM_CHANGE.items() if k != "vllm/config/kernel.py"}
+    add_release(cache, "0.0.2", files)
+    assert cli.run(["rebase", "vllm==0.0.2"], root) == 0
+    out = capsys.readouterr().out
+    assert (
+        "[ ] the pin (pin.toml, patches/ still on vLLM 0.0.1): `nox -s rebase -- --update-pin`"
+        in out
+    )
+    assert "[ ] the series' tests (not checked here): `nox -s test`" in out
+    assert "`nox -s docs`" in out and "`nox -s lint`" in out
+    assert "(missing): `nox -s test -- --record-upstream-baseline`" in out
+    assert "README.md:1: vLLM **0.0.1**" in out
+    assert "docs/guide.md:3: On vLLM 0.0.1" in out
+    assert "docs/guide.md:4: It imports vllm.config.kernel.KernelConfig." in out  # removed
+    assert "guide.md:5" not in out
+    assert out.rstrip().endswith("rebase: the move is not complete: 6 chore(s) above"), out
+    assert cli.run(["rebase", "--update-pin"], root) == 0
+    out = capsys.readouterr().out
+    assert "[x] the pin: vLLM 0.0.2" in out
+    assert out.rstrip().endswith("rebase: the move is not complete: 5 chore(s) above"), out
+    assert cli.run(["status"], root) == 0  # status lists them too
+    assert "rebase: the move is not complete: 5 chore(s) above" in capsys.readouterr().out

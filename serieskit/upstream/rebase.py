@@ -212,6 +212,7 @@ def _finish(root: Path, log) -> Path:
     state.applied = state.total = len(git.commits(repo, f"{rb.onto}..HEAD"))
     rb.done = True
     state.fingerprint = series.fingerprint(root, rb.onto) if unchanged else None
+    state.moved = {"label": rb.old_label, "base": rb.old_base, "onto": rb.onto}
     state.save(root)
     base.mark_current(repo, rb.onto)
     log(f"rebase: done, {format_counts(counts)}; report {report.relative_to(root)}")
@@ -294,3 +295,64 @@ def write_report(
         "```diff\n" + range_diff.rstrip("\n") + "\n```\n",
     )
     return path
+
+
+# Where text naming the old release or a removed file is looked for after a move.
+SCANNED = ("README.md", "docs/*.md", f"{series.PATCHES}/manifest.toml")
+MENTIONS_MAX = 20
+
+
+def stale_mentions(root: Path, repo: Path, old_label: str, old_base: str, onto: str) -> list[str]:
+    """``path:line: text`` for each line of the README, docs/*.md and the
+    manifest that names the old release (``old_label``, where it is a
+    version other than the new base's) or a file the new base removed (as a
+    path, or as a dotted module for a .py file). A list to review: lines
+    about history are among them."""
+    removed = set(
+        git.git(
+            repo, "diff", "--name-only", "--no-renames", "--diff-filter=D", "-z", old_base, onto
+        ).split("\0")
+    ) - {""}
+    modules = {
+        p.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for p in removed
+        if p.endswith(".py")
+    }
+    version = (
+        re.compile(rf"(?<![\w.]){re.escape(old_label)}(?![\w]|\.\d)")
+        if re.fullmatch(r"\d+(\.\d+)+", old_label)
+        and git.rev(repo, base.base_ref(old_label)) != onto
+        else None
+    )
+    found: list[str] = []
+    paths = sorted({p for pattern in SCANNED for p in root.glob(pattern) if p.is_file()})
+    for path in paths:
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            at = _named_at(line, version, removed, modules)
+            if at is not None:
+                text = line.strip()
+                i = max(0, text.find(at) - 60)
+                snippet = (
+                    ("..." if i else "")
+                    + text[i : i + 150]
+                    + ("..." if len(text) > i + 150 else "")
+                )
+                found.append(f"{path.relative_to(root)}:{n}: {snippet}")
+    return found
+
+
+def _named_at(
+    line: str, version: re.Pattern | None, removed: set[str], modules: set[str]
+) -> str | None:
+    """What ``line`` names of the old release or the removed files, or None."""
+    if version and (m := version.search(line)):
+        return m.group(0)
+    for token in re.findall(r"[\w./-]+", line):
+        token = token.strip("./-")
+        if token in removed:
+            return token
+        parts = token.split(".")
+        for k in range(len(parts), 1, -1):  # vllm.a.b.Class names module vllm.a.b
+            if ".".join(parts[:k]) in modules:
+                return token
+    return None
