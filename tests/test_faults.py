@@ -1238,6 +1238,31 @@ def test_bad_pin_is_one_error_line(sk, root, how, command):
     assert patches(root) == before
 
 
+@pytest.mark.parametrize("cut", ["at a line", "in a string"])
+def test_a_pin_cut_short_is_refused_before_anything_moves(sk, root, cut):
+    repo = make_series(sk, root)
+    (repo / "setup.py").write_text("print('mine')\n")  # what --force would stash
+    path = root / "pin.toml"
+    text = path.read_text()
+    end = text.index("commit =") if cut == "at a line" else text.index("sha256 =") + 20
+    path.write_text(text[:end])
+    head, refs = rev(repo, "HEAD"), backup_refs(repo)
+    line = error_line(sk("apply", "--force"), "pin.toml")
+    assert ("commit is missing" if cut == "at a line" else "not valid TOML") in line, line
+    assert rev(repo, "HEAD") == head and backup_refs(repo) == refs
+    assert (repo / "setup.py").read_text() == "print('mine')\n"
+    assert not g(repo, "stash", "list")
+
+
+def test_export_with_a_pin_without_its_commit_names_the_difference(sk, root):
+    repo = make_series(sk, root)
+    path = root / "pin.toml"
+    path.write_text(re.sub(r'commit = "[0-9a-f]*"', 'commit = ""', path.read_text()))
+    line = error_line(sk("export"), "pin.toml records none", "apply -- --force")
+    assert rev(repo, "refs/series/base/0.0.1") in line
+    assert "the pin's base on 0.0.1" not in line  # the self-contradicting form
+
+
 def test_duplicate_series_entry_is_named(sk, root):
     make_series(sk, root)
     first = names(root)[0]

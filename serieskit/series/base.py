@@ -104,16 +104,27 @@ def _load_pin_file(root: Path) -> tuple[Path, dict]:
 
 
 def _release_fields(path: Path, where: str, table: dict) -> tuple[str, str, str | None]:
-    """version, sha256 and commit of a [base] or [[port]] table, checked."""
+    """version, sha256 and commit of a [base] or [[port]] table, checked: every
+    key missing or invalid named in one line (a file cut short lacks some)."""
     version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
-    if not isinstance(version, str) or not _VERSION.match(version):
-        raise ToolkitError(
-            f'{path}: {where}.version must be a release string such as "0.26.0", not {version!r}'
+    # The pin's commit is what the work tree's base is checked against: a
+    # [base] without one (cut short) would pass any base.
+    required = ("version", "sha256", "commit") if where == "base" else ("version", "sha256")
+    problems = [f"{where}.{k} is missing" for k in required if k not in table]
+    if "version" in table and (not isinstance(version, str) or not _VERSION.match(version)):
+        problems.append(
+            f'{where}.version must be a release string such as "0.26.0", not {version!r}'
         )
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
-        raise ToolkitError(f"{path}: {where}.sha256 must be 64 hex digits, not {sha256!r}")
+    if "sha256" in table and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
+        problems.append(f"{where}.sha256 must be 64 hex digits, not {sha256!r}")
     if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
-        raise ToolkitError(f"{path}: {where}.commit must be a 40-digit commit id, not {commit!r}")
+        problems.append(f"{where}.commit must be a 40-digit commit id, not {commit!r}")
+    if problems:
+        raise ToolkitError(
+            f"{path}: {'; '.join(problems)}: fix the file (`git diff {path.name}` shows what "
+            "changed; `git checkout -- " + path.name + "` restores it); nothing was changed"
+        )
+    assert isinstance(version, str) and isinstance(sha256, str)
     return version, sha256, commit or None
 
 
