@@ -1925,6 +1925,21 @@ def test_a_read_only_patches_folder_is_one_line_and_nothing_changes(sk, root, tm
     ok(sk("export"))
 
 
+
+def test_a_read_only_work_tree_names_the_git_step_and_the_way_on(sk, root, tmp_path):
+    """`apply --force` over an edit in a read-only work tree: its git stash
+    fails without a word from git; the error names the command, the
+    repository, what is wrong there and the way on."""
+    namespace_or_skip(tmp_path)
+    repo = make_series(sk, root)
+    (repo / "setup.py").write_text("print('mine')\n")
+    res = in_namespace(
+        root, ["apply", "--force"], f"mount --bind {repo} {repo} && mount -o remount,ro,bind {repo}"
+    )
+    line = error_line(res, "git stash push", str(repo), "cannot be written", "run this again")
+    assert "exit status 1" not in line, line
+    assert (repo / "setup.py").read_text() == "print('mine')\n"
+
 def test_a_full_disk_leaves_no_half_written_patch(sk, root, tmp_path):
     """patches/ on a full tmpfs, the user's change making the last patch
     larger than the room left: what export leaves there is whole (the files
