@@ -1803,6 +1803,29 @@ def test_a_rebase_killed_inside_a_step_is_undone_by_abort(sk, root, cache):
 BIG_RELEASE = {**NEAR_PATCH_2, "vllm/huge.py": BIG, "vllm/zz_last.py": "LAST = 1\n"}
 
 
+
+@pytest.mark.parametrize("sig, group", [("KILL", False), ("TERM", True)])
+def test_apply_killed_as_its_git_am_wrote_a_patchs_files_is_redone(sk, root, sig, group):
+    """Killed while `git am` wrote patch 3's files, before it wrote the index:
+    the file it cut short is the apply's own half-written work, not the
+    user's; the rerun redoes it."""
+    ok(sk("apply"))
+    repo = work(root)
+    commit_files(repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW)}, SUBJECTS[0])
+    commit_files(repo, {"vllm/big.py": BIG}, SUBJECTS[1])
+    last = BIG.replace("# 00399", "# 99399")  # its last line: written past the limit
+    commit_files(repo, {"vllm/big.py": last, "vllm/new.py": "NEW = 3\n"}, SUBJECTS[2])
+    ok(sk("export"))
+    good = fresh_apply(sk, root)
+    shutil.rmtree(root / ".work")
+    killed(root, "apply", at="in-git-am#3", sig=sig, group=group, fsize=BIG_LIMIT)
+    cut = (repo / "vllm/big.py").read_bytes()
+    assert len(cut) <= BIG_LIMIT < len(BIG), len(cut)  # git died writing it
+    res = ok(sk("apply"))
+    assert "vllm/big.py" not in res.err, res.text
+    assert rev(repo, "HEAD") == good and g(repo, "status", "--porcelain") == ""
+    assert "matches patches/" in ok(sk("status")).out
+
 def test_a_release_rebase_killed_in_its_checkout_is_undone_by_abort(sk, root, cache):
     repo = make_series(sk, root)
     head, before = rev(repo, "HEAD"), patches(root)
