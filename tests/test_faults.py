@@ -1803,7 +1803,6 @@ def test_a_rebase_killed_inside_a_step_is_undone_by_abort(sk, root, cache):
 BIG_RELEASE = {**NEAR_PATCH_2, "vllm/huge.py": BIG, "vllm/zz_last.py": "LAST = 1\n"}
 
 
-
 @pytest.mark.parametrize("sig, group", [("KILL", False), ("TERM", True)])
 def test_apply_killed_as_its_git_am_wrote_a_patchs_files_is_redone(sk, root, sig, group):
     """Killed while `git am` wrote patch 3's files, before it wrote the index:
@@ -1825,6 +1824,7 @@ def test_apply_killed_as_its_git_am_wrote_a_patchs_files_is_redone(sk, root, sig
     assert "vllm/big.py" not in res.err, res.text
     assert rev(repo, "HEAD") == good and g(repo, "status", "--porcelain") == ""
     assert "matches patches/" in ok(sk("status")).out
+
 
 def test_a_release_rebase_killed_in_its_checkout_is_undone_by_abort(sk, root, cache):
     repo = make_series(sk, root)
