@@ -21,7 +21,7 @@ from serieskit.build import build, overlay, recipe, sitting, wheel
 from serieskit.checks import docs, figures, lint, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
-from serieskit.series import apply, export, resume, safety, series, target
+from serieskit.series import apply, base, export, resume, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
 from serieskit.upstream import carry, rebase, rebase_check
@@ -59,7 +59,10 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
             raise ToolkitError(
                 "rebase --check takes one or more vllm==VERSION or a range, and nothing else"
             )
-        rebase_check.check(root, args.target)
+        try:
+            rebase_check.next_step(rebase_check.check(root, args.target))
+        except base.NoSdist as e:
+            raise rebase_check.no_sdist(e, check=True) from None
         return
     if (
         args.cont + args.abort + bool(args.target) > 1
@@ -71,10 +74,15 @@ def cmd_rebase(args: argparse.Namespace, t: Target) -> None:
         rebase.cont(root)
     elif args.abort:
         rebase.abort(root)
+        return
     elif args.target:
-        rebase.start(root, args.target[0], update_pin=args.update_pin, force=args.force)
+        try:
+            rebase.start(root, args.target[0], update_pin=args.update_pin, force=args.force)
+        except base.NoSdist as e:
+            raise rebase_check.no_sdist(e, check=False) from None
     else:
         rebase.update_pin(root)
+    status.chores(root)  # finished (a stop raised): what the move still asks, on the pin now
 
 
 def cmd_carry(args: argparse.Namespace, t: Target) -> None:

@@ -103,8 +103,33 @@ def git(
     """Run git in ``repo`` with stable settings; return its stdout as text."""
     proc = run(repo, *args, input=input, env=env, capture=capture)
     if check and proc.returncode != 0:
-        raise failed(f"git {args[0]}", proc)
+        raise git_failed(repo, args, proc)
     return (proc.stdout or b"").decode(errors="replace")
+
+
+def git_failed(repo: Path | None, args: tuple[str, ...], proc) -> ToolkitError:
+    """Which git command failed, in which repository, git's own reason (where
+    it gave none, what is found: a git folder that cannot be written), and
+    the way on."""
+    cmd = subcommand(args)
+    start = args.index(cmd) if cmd in args else 0
+    words = " ".join(a for a in args[start : start + 2] if not a.startswith("-"))
+    what = f"git {words}" + (f" in {repo}" if repo is not None else "")
+    err = str(failed(what, proc))
+    if last_line(proc.stderr, "") or last_line(proc.stdout, ""):
+        return ToolkitError(
+            err if "run this again" in err else f"{err}; fix that, then run this again"
+        )
+    folder = gitdir(repo) if repo is not None and is_repo(repo) else repo
+    if folder is not None and folder.exists() and not os.access(folder, os.W_OK):
+        return ToolkitError(
+            f"{what} failed: {folder} cannot be written (a read-only folder, or its "
+            "permissions): make it writable, then run this again"
+        )
+    return ToolkitError(
+        f"{what} failed with exit status {proc.returncode} and no reason from git: run it by "
+        f"hand to see more (`git -C {repo} {words}`), fix that, then run this again"
+    )
 
 
 def _command(repo: Path | None, args: tuple[str, ...]) -> list[str]:

@@ -77,6 +77,10 @@ class State:
     # killed export: the next session finishes its record, or export redoes it.
     exporting: str | None = None
     export_fingerprint: str | None = None
+    # Set by a finished rebase, kept until the next apply starts afresh: where
+    # the series moved from ("label", "base") and onto ("onto"), for the move's
+    # chores (status lists them).
+    moved: dict[str, str] | None = None
 
     @classmethod
     def path(cls, where: Any) -> Path:

@@ -10,11 +10,12 @@ import tempfile
 from pathlib import Path
 
 from serieskit import git
+from serieskit.checks import docs, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
-from serieskit.upstream import carry_record, stops
+from serieskit.upstream import carry_record, rebase, stops
 
 
 def status(where: Path | Target, log=print) -> dict:
@@ -129,7 +130,79 @@ def status(where: Path | Target, log=print) -> dict:
         advise=state.complete and on_pin and branch == series.BRANCH and not by_hand,
     )
     _uncommitted(repo, info, log)
+    if state.moved and state.base == state.moved.get("onto"):
+        chores(t, log=log)
     return info
+
+
+def chores(where: Path | Target, log=print) -> int:
+    """After a finished rebase (and --update-pin): what the move still asks,
+    each chore with its one command, checked where that is cheap; the last
+    line says whether the move is complete. Returns the chores left."""
+    t = target.of(where)
+    repo, state = t.work, State.load(t)
+    moved = state.moved
+    if not moved or not state.base:
+        return 0
+    rb, left = state.rebase, 0
+    log(f"rebase: the move from vLLM {moved['label']} to {state.base_label}, its chores:")
+
+    def chore(done: bool, what: str, how: str = "") -> None:
+        nonlocal left
+        left += not done
+        log(f"  [{'x' if done else ' '}] {what}" + (f": `{how}`" if how and not done else ""))
+
+    if rb is not None and rb.is_release:  # rebased, not yet pinned
+        chore(
+            False,
+            f"the pin (pin.toml, patches/ still on vLLM {t.version})",
+            t.cmd("rebase", "--update-pin"),
+        )
+    elif rb is None:
+        chore(state.base == t.commit, f"the pin: vLLM {t.version}")
+    chore(False, "the series' tests (not checked here)", t.cmd("test"))
+    try:
+        stale = docs.check(repo) is not None
+        chore(
+            not stale, f"the runtime reference ({'stale' if stale else 'current'})", t.cmd("docs")
+        )
+    except ToolkitError as e:
+        chore(False, f"the runtime reference (not checked: {e})", t.cmd("docs"))
+    path = t.patches / upstream_tests.BASELINE
+    try:
+        on = upstream_tests.Baseline.read(path, str(path)).commit if path.exists() else None
+    except ToolkitError:
+        on = None
+    chore(
+        on == state.base,
+        "the upstream-test baseline ("
+        + (
+            "recorded on this base"
+            if on == state.base
+            else "missing"
+            if on is None
+            else f"recorded on {on[:12]}, not this base"
+        )
+        + ")",
+        t.cmd("test", "--record-upstream-baseline"),
+    )
+    chore(False, "lint (not checked here)", t.cmd("lint"))
+    found = rebase.stale_mentions(t.root, repo, moved["label"], moved["base"], state.base)
+    chore(
+        not found,
+        f"text naming vLLM {moved['label']} or a file {state.base_label} removed: "
+        + (f"{len(found)} line(s) to review (history among them)" if found else "none"),
+    )
+    for line in found[: rebase.MENTIONS_MAX]:
+        log(f"      {line}")
+    if len(found) > rebase.MENTIONS_MAX:
+        log(f"      ... and {len(found) - rebase.MENTIONS_MAX} more")
+    log(
+        "rebase: the move is complete"
+        if not left
+        else f"rebase: the move is not complete: {left} chore(s) above"
+    )
+    return left
 
 
 def _port_lines(pin: Target, info: dict, log) -> None:
@@ -180,6 +253,8 @@ def _commits(t: Target, state: State, names: list[str], info: dict, log, advise:
     head = git.rev(repo, "HEAD")
     commits = git.commits(repo, f"{state.base}..HEAD") if head and state.base else []
     differ: list[str] = []
+    moved: list[str] = []
+    changed = added = 0
     with tempfile.TemporaryDirectory() as tmp:
         try:
             exported = (
@@ -191,29 +266,55 @@ def _commits(t: Target, state: State, names: list[str], info: dict, log, advise:
         for i, (cid, subject) in enumerate(commits):
             name = exported[i] if i < len(exported) else None
             mine = (Path(tmp) / name).read_bytes() if name else None
-            if name in names and mine == (t.patches / name).read_bytes():
+            theirs = (t.patches / name).read_bytes() if name in names else None
+            if theirs is not None and mine == theirs:
                 mark = "="
             else:
-                mark = "M" if name in names else "+"
                 differ.append(name or cid)
+                if theirs is not None and mine and _same_change(repo, mine, theirs):
+                    # After a rebase: only line numbers and index lines moved
+                    # (what the rebase report counts as unchanged).
+                    mark = "~"
+                    moved.append(name or cid)
+                elif theirs is not None:
+                    mark, changed = "M", changed + 1
+                else:
+                    mark, added = "+", added + 1
             log(f"  {mark} {cid[:12]} {subject}")
     missing = [n for n in names if n not in exported]
     for n in missing:
         log(f"  - {label}/{n} is not in the work tree")
     info["differ"] = differ + missing
+    info["moved"] = moved
     if not (differ or missing):
         log(f"patches:   the work tree matches {label}/")
-    elif advise:
-        log(
-            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
-            f"- not applied): `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` "
-            "the patches"
+        return
+    same = len(commits) - changed - added
+    counts = f"{same} unchanged" + (
+        f" ({len(moved)} of them moved: the same change at new line numbers)" if moved else ""
+    )
+    counts += "".join(
+        f", {n} {what}"
+        for n, what in (
+            (changed, "changed"),
+            (added, f"not in {label}/"),
+            (len(missing), "not applied"),
         )
-    else:
-        log(
-            f"patches:   differ from the work tree (= same, M changed, + not in {label}/, "
-            "- not applied)"
-        )
+        if n
+    )
+    legend = f"= same, ~ moved, M changed, + not in {label}/, - not applied"
+    ways = (
+        f": `{t.cmd('export')}` writes the work tree, `{t.cmd('apply')}` the patches"
+        if advise
+        else ""
+    )
+    log(f"patches:   {counts} ({legend}){ways}")
+
+
+def _same_change(repo: Path, a: bytes, b: bytes) -> bool:
+    """The two patches make the same change (``git patch-id --stable``: line
+    numbers, index lines and whitespace aside), whatever their message."""
+    return git.patch_id(repo, a) == git.patch_id(repo, b) != ""
 
 
 def _uncommitted(repo: Path, info: dict, log) -> None:

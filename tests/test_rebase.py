@@ -270,3 +270,135 @@ def test_added_beside_caps_the_list(root, cache, monkeypatch):
     out = "\n".join(lines)
     assert "... and 3 more" in out and "--diff-filter=A" in out
     rebase.abort(root, log=quiet)
+
+
+def test_export_after_a_rebase_onto_the_pins_own_release(root):
+    """The rebased tree is made from patches/ as they are: export writes it
+    without --force; a patch file edited since the apply still stops it."""
+    from serieskit.series import export
+
+    make_series(root)
+    rebase.start(root, "vllm==0.0.1", log=quiet)
+    export.export(root, log=quiet)  # refused before: "patches/ changed since ..."
+    first = root / "patches" / "0001-Kernel-Change-f0.patch"
+    first.write_text(first.read_text() + "\n")
+    rebase.start(root, "vllm==0.0.1", log=quiet)
+    with pytest.raises(ToolkitError, match="changed since the work tree was made"):
+        export.export(root, log=quiet)
+
+
+def test_update_pin_keeps_pin_comments_and_advises_torch_only_when_it_changed(root, cache):
+    """pin.toml's comments and lines it does not own stay; the torch advice
+    comes only where the new release pins another torch, naming both."""
+    make_series(root)
+    pin = root / "pin.toml"
+    text = pin.read_text().replace(
+        'commit = "', '# why the CPU tests use 2.14.1\ntorch = "2.14.1"  # kept\ncommit = "'
+    )
+    pin.write_text(text + "\n# a closing note\n")
+    cuda = "requirements/cuda.txt"
+    add_release(cache, "0.0.2", {**UPSTREAM_CHANGE, cuda: "torch==2.14.0\n"})
+    add_release(cache, "0.0.3", {**UPSTREAM_CHANGE, cuda: "torch==2.14.0\nnumpy\n"})
+    add_release(cache, "0.0.4", {**UPSTREAM_CHANGE, cuda: "torch==2.15.0\n"})
+    rebase.start(root, "vllm==0.0.2", update_pin=True, log=quiet)
+    apply.apply(root, log=quiet)
+    lines: list[str] = []
+    rebase.start(root, "vllm==0.0.3", update_pin=True, log=lines.append)
+    assert not any("torch" in line for line in lines), lines  # 2.14.0 on both
+    after = pin.read_text()
+    assert "# why the CPU tests use 2.14.1\n" in after and "# a closing note\n" in after
+    assert 'torch = "2.14.1"  # kept\n' in after and 'version = "0.0.3"' in after
+    assert base.read_pin(root).version == "0.0.3"
+    apply.apply(root, log=quiet)
+    lines.clear()
+    rebase.start(root, "vllm==0.0.4", update_pin=True, log=lines.append)
+    advice = [line for line in lines if "torch" in line]
+    assert len(advice) == 1 and "2.15.0" in advice[0] and "2.14.0" in advice[0], lines
+    assert "2.14.1" in advice[0]
+
+
+def test_status_after_a_rebase_tells_moved_patches_from_changed_ones(root, cache):
+    """After a rebase a patch file differs from the work tree in line numbers
+    and index lines only: status shows it as moved, and its counts are the
+    report's."""
+    utils = BASE_FILES["vllm/utils.py"]
+    f15 = utils.replace("return 15\n", "return 150\n")
+    make_series(
+        root,
+        [
+            ("vllm/utils.py", f15, "[Core] f15"),
+            ("vllm/new.py", "NEW = 1\n", "[Core] Add new module"),
+            ("vllm/utils.py", f15.replace("return 10\n", "return 110\n"), "[Misc] f10"),
+        ],
+    )
+    upstream = "# upstream's header\n" + utils.replace("return 11\n", "return 1100\n")
+    # Patch 1 moves a line down; patch 3's context (f11) changed.
+    add_release(cache, "0.0.2", {**BASE_FILES, "vllm/utils.py": upstream})
+    lines: list[str] = []
+    report = rebase.start(root, "vllm==0.0.2", log=lines.append)
+    assert "- patches: 2 unchanged, 1 changed, 0 dropped, 0 added" in report.read_text()
+    lines.clear()
+    info = status.status(root, log=lines.append)
+    out = "\n".join(lines)
+    assert "~ " in out and " M " in out, out
+    assert "patches:   2 unchanged (1 of them moved" in out and ", 1 changed (" in out, out
+    assert info["moved"] == ["0001-Core-f15.patch"]
+
+
+def test_the_current_base_ref_follows_apply_rebase_and_abort(root, cache):
+    """`series/base/current` names the work tree's base whatever its version:
+    the docs' fixup and sign-off commands use it."""
+    repo = make_series(root)
+
+    def current() -> str | None:
+        return git.rev(repo, base.CURRENT)  # the short name, as the docs give it
+
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    add_release(cache, "0.0.2", UPSTREAM_CHANGE)
+    rebase.start(root, "vllm==0.0.2", log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.2"))
+    apply.apply(root, force=True, log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    add_release(cache, "0.0.3", CONFLICTING)
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.3", log=quiet)
+    rebase.abort(root, log=quiet)
+    assert current() == git.rev(repo, base.base_ref("0.0.1"))
+    assert git.git(repo, "rev-list", "--count", f"{base.CURRENT}..HEAD").strip() == "2"
+
+
+def test_a_finished_rebase_lists_the_moves_chores(root, cache, capsys):
+    """The checklist after a rebase and after --update-pin: each chore with its
+    command, the text that names the old release or a removed file, and
+    whether the move is complete."""
+    from serieskit import cli
+
+    make_series(root)
+    (root / "docs").mkdir()
+    (root / "docs" / "guide.md").write_text(
+        "# Guide\n\nOn vLLM 0.0.1 the series adds `vllm/setup_gone.py`.\n"
+        "It imports vllm.config.kernel.KernelConfig.\nNothing else (0.0.10 is another).\n"
+    )
+    (root / "README.md").write_text("vLLM **0.0.1**\n")
+    files = {k: v for k, v in UPSTREAM_CHANGE.items() if k != "vllm/config/kernel.py"}
+    add_release(cache, "0.0.2", files)
+    assert cli.run(["rebase", "vllm==0.0.2"], root) == 0
+    out = capsys.readouterr().out
+    assert (
+        "[ ] the pin (pin.toml, patches/ still on vLLM 0.0.1): `nox -s rebase -- --update-pin`"
+        in out
+    )
+    assert "[ ] the series' tests (not checked here): `nox -s test`" in out
+    assert "`nox -s docs`" in out and "`nox -s lint`" in out
+    assert "(missing): `nox -s test -- --record-upstream-baseline`" in out
+    assert "README.md:1: vLLM **0.0.1**" in out
+    assert "docs/guide.md:3: On vLLM 0.0.1" in out
+    assert "docs/guide.md:4: It imports vllm.config.kernel.KernelConfig." in out  # removed
+    assert "guide.md:5" not in out
+    assert out.rstrip().endswith("rebase: the move is not complete: 6 chore(s) above"), out
+    assert cli.run(["rebase", "--update-pin"], root) == 0
+    out = capsys.readouterr().out
+    assert "[x] the pin: vLLM 0.0.2" in out
+    assert out.rstrip().endswith("rebase: the move is not complete: 5 chore(s) above"), out
+    assert cli.run(["status"], root) == 0  # status lists them too
+    assert "rebase: the move is not complete: 5 chore(s) above" in capsys.readouterr().out

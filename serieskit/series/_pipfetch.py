@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import sys
 import time
 
@@ -132,5 +134,15 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _interrupted(*_args) -> None:
+    # Ctrl-C reaches the whole process group: the session says "interrupted"
+    # in one line; this child ends at once, without a traceback of pip's.
+    os._exit(130)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    signal.signal(signal.SIGINT, _interrupted)
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # one raised before the handler was in place
+        os._exit(130)

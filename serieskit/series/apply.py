@@ -11,6 +11,7 @@ fix the patch file, or finish it by hand and ``apply --continue``
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from serieskit.series.series import (
     check_patches,
     fingerprint,
     finish_interrupted_export,
+    read_patch,
     read_series,
     stopped_message,
 )
@@ -54,7 +56,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
             f"old): `{t.cmd('export')}` writes it again (it keeps what it replaces under "
             f"{safety.BACKUP_DIR}/); `{t.cmd('apply', '--force')}` applies the files as they are"
         )
-    undo_interrupted(t, state, names, "apply")
+    undo_interrupted(t, state, names, "apply", log=log)
     if state.in_progress:
         what = "apply --continue" if state.in_progress == "continue" else "apply"
         log(
@@ -98,6 +100,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
         and git.branch(repo) == BRANCH
         and not git.dirty_files(repo)
     ):
+        base.mark_current(repo, base_commit)  # a tree made before the ref existed
         log(
             f"apply: up to date, {len(names)} patch(es) on vLLM {t.version} "
             f"(HEAD {head[:12]}, {time.monotonic() - start:.1f} s)"
@@ -120,6 +123,7 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     state.save(t)
     killpoint.reach("apply.started")
     git.git(repo, "checkout", "-q", "-f", "-B", BRANCH, base_commit)
+    base.mark_current(repo, base_commit)
     apply_each(t, state, names, patches, log)
     state.in_progress = None
     state.fingerprint = fp
@@ -131,7 +135,9 @@ def apply(where: Where, force: bool = False, log=print) -> State:
     return state
 
 
-def undo_interrupted(t: Target, state: State, names: list[str], action: str, busy=None) -> None:
+def undo_interrupted(
+    t: Target, state: State, names: list[str], action: str, busy=None, log=print
+) -> None:
     """Before an interrupted apply (or apply --continue) is redone or goes on,
     what the work tree holds beyond commits must be what it left
     (:func:`safety.check_left_by`): a git am only its own, of the patch it was
@@ -143,15 +149,57 @@ def undo_interrupted(t: Target, state: State, names: list[str], action: str, bus
     checkout = _checkout_cut_short(repo, state)
     if op is None and checkout is None:
         return
-    made, ours = [checkout] if checkout else [], False
+    made, ours, post = [checkout] if checkout else [], False, None
     since = state.continued_head or state.head
+    patch = None
     if op == "am" and state.in_progress and since and state.applied < len(names):
         patch = t.patches / names[state.applied]
         if ours := _am_of(repo, patch):
-            made += [since, *filter(None, [git.applied_tree(repo, since, patch)])]
+            post = git.applied_tree(repo, since, patch)
+            made += [since, *filter(None, [post])]
     safety.check_left_by(repo, action, tuple(made), op="am", ours=ours, busy=busy)
     if op == "am":
         git.git(repo, "am", "--abort")
+    if ours and patch and since:
+        _redo_half_written(t, patch, since, post, action, log)
+
+
+def _redo_half_written(
+    t: Target, patch: Path, since: str, post: str | None, action: str, log
+) -> None:
+    """The files of ``patch`` that its git am, killed before it wrote the
+    index, left in the work tree: as in the base it applied on (``since``),
+    as the patch makes them (``post``), or cut short of either, they are the
+    apply's own and are checked out again; one that is neither (an edit
+    since?) is copied under .work/backup/ first, and the line says where."""
+    repo = t.work
+    paths = sorted(set(git.changed_paths(repo)) & read_patch(patch).files)
+    if not paths:
+        return
+    own = git.paths_as_in(repo, since, paths)
+    if post:
+        own |= git.paths_as_in(repo, post, paths)
+    if doubt := [p for p in paths if p not in own and (repo / p).is_file()]:
+        dest = safety.backup_dir(t.root, "half-written")
+        for p in doubt:
+            (dest / p).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / p, dest / p)
+        log(
+            f"{action}: {', '.join(doubt)} (neither as in the base nor as {patch.name} "
+            f"makes them) kept in {dest}"
+        )
+    tracked = set(
+        git.git(repo, "ls-tree", "-r", "--name-only", "-z", since, "--", *paths).split("\0")
+    )
+    if back := [p for p in paths if p in tracked]:
+        git.git(repo, "checkout", "-q", since, "--", *back)
+    for p in paths:
+        if p not in tracked:
+            (repo / p).unlink(missing_ok=True)
+    log(
+        f"{action}: the interrupted apply's git am of {patch.name} had written "
+        f"{', '.join(paths)} (whole or cut short) and no commit: undone, and applied again"
+    )
 
 
 def _am_of(repo: Path, patch: Path) -> bool:

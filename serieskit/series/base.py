@@ -37,6 +37,15 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
+class NoSdist(ToolkitError):
+    """The index has no sdist of the release asked for (the caller may name
+    the releases it has)."""
+
+    def __init__(self, message: str, version: str) -> None:
+        super().__init__(message)
+        self.version = version
+
+
 @dataclass(frozen=True)
 class Pin:
     version: str
@@ -73,6 +82,17 @@ def base_ref(version: str) -> str:
     return f"refs/series/base/{version}"
 
 
+# The work tree's base whatever its version (apply, a finished rebase and an
+# abort move it), for commands that must not name one: `git rebase -i
+# series/base/current` (git resolves the short name through refs/).
+CURRENT_REF = "refs/series/base/current"
+CURRENT = "series/base/current"
+
+
+def mark_current(repo: Path, commit: str) -> None:
+    git.git(repo, "update-ref", CURRENT_REF, commit)
+
+
 def _load_pin_file(root: Path) -> tuple[Path, dict]:
     path = root / PIN_FILE
     try:
@@ -84,16 +104,27 @@ def _load_pin_file(root: Path) -> tuple[Path, dict]:
 
 
 def _release_fields(path: Path, where: str, table: dict) -> tuple[str, str, str | None]:
-    """version, sha256 and commit of a [base] or [[port]] table, checked."""
+    """version, sha256 and commit of a [base] or [[port]] table, checked: every
+    key missing or invalid named in one line (a file cut short lacks some)."""
     version, sha256, commit = (table.get(k) for k in ("version", "sha256", "commit"))
-    if not isinstance(version, str) or not _VERSION.match(version):
-        raise ToolkitError(
-            f'{path}: {where}.version must be a release string such as "0.26.0", not {version!r}'
+    # The pin's commit is what the work tree's base is checked against: a
+    # [base] without one (cut short) would pass any base.
+    required = ("version", "sha256", "commit") if where == "base" else ("version", "sha256")
+    problems = [f"{where}.{k} is missing" for k in required if k not in table]
+    if "version" in table and (not isinstance(version, str) or not _VERSION.match(version)):
+        problems.append(
+            f'{where}.version must be a release string such as "0.26.0", not {version!r}'
         )
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
-        raise ToolkitError(f"{path}: {where}.sha256 must be 64 hex digits, not {sha256!r}")
+    if "sha256" in table and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
+        problems.append(f"{where}.sha256 must be 64 hex digits, not {sha256!r}")
     if commit not in (None, "") and (not isinstance(commit, str) or not _COMMIT.match(commit)):
-        raise ToolkitError(f"{path}: {where}.commit must be a 40-digit commit id, not {commit!r}")
+        problems.append(f"{where}.commit must be a 40-digit commit id, not {commit!r}")
+    if problems:
+        raise ToolkitError(
+            f"{path}: {'; '.join(problems)}: fix the file (`git diff {path.name}` shows what "
+            "changed; `git checkout -- " + path.name + "` restores it); nothing was changed"
+        )
+    assert isinstance(version, str) and isinstance(sha256, str)
     return version, sha256, commit or None
 
 
@@ -153,9 +184,20 @@ def read_ports(root: Path) -> list[Port]:
 
 
 def write_pin(root: Path, pin: Pin) -> None:
-    """Write the [base] table; the [[port]] tables there stay as they are."""
+    """Write the [base] table's values. An existing file is edited in place:
+    its comments (why the CPU tests use another torch, ...), the lines and
+    tables the toolkit does not own ([[port]] ones included) stay as written."""
     path = root / PIN_FILE
-    ports = read_ports(root) if path.exists() else []
+    if path.exists():
+        text = _pin_edited(path.read_text(), pin)
+        try:  # a file the edit cannot keep valid is refused, not written
+            _release_fields(path, "base", tomllib.loads(text)["base"])
+        except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+            raise ToolkitError(
+                f"cannot set the pin in {path} ({e}): edit its [base] by hand"
+            ) from None
+        files.write(path, text)
+        return
     files.write(
         path,
         "# The upstream vLLM release the series applies to: its source\n"
@@ -165,9 +207,55 @@ def write_pin(root: Path, pin: Pin) -> None:
         f'version = "{pin.version}"\n'
         f'sha256 = "{pin.sha256}"\n'
         f'commit = "{pin.commit or ""}"\n'
-        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else "")
-        + "".join(_port_table(p) for p in ports),
+        + (f'# What its CPU tests install.\ntorch = "{pin.torch}"\n' if pin.torch else ""),
     )
+
+
+_KEY_LINE = re.compile(r"^(\s*)(version|sha256|commit|torch)(\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$")
+
+
+def _pin_edited(text: str, pin: Pin) -> str:
+    """``text`` with the [base] table's values set to ``pin``'s, line by line:
+    each key's value replaced where it stands (a trailing comment kept), a
+    key it lacks added after the table's last one, torch dropped if unset."""
+    values = {"version": pin.version, "sha256": pin.sha256, "commit": pin.commit or ""}
+    if pin.torch:
+        values["torch"] = pin.torch
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    table, last = None, None
+    for line in lines:
+        if m := re.match(r"^\s*\[+\s*([^\]]+?)\s*\]+", line):
+            table = m.group(1)
+        m = _KEY_LINE.match(line.rstrip("\n"))
+        if table == "base" and m:
+            key = m.group(2)
+            if key not in values:  # torch, no longer set
+                continue
+            value = values.pop(key)
+            line = f'{m.group(1)}{key}{m.group(3)}"{value}"{m.group(5)}\n'
+            out.append(line)
+            last = len(out)
+            continue
+        out.append(line)
+        if table == "base" and last is None and line.strip() == "[base]":
+            last = len(out)
+    if last is None:  # no [base] table: one at the top
+        out[:0] = ["[base]\n"]
+        last = 1
+    out[last:last] = [f'{key} = "{value}"\n' for key, value in values.items()]
+    return "".join(out)
+
+
+def torch_required(repo: Path, commit: str) -> str | None:
+    """The torch release the vLLM tree at ``commit`` pins (``torch==`` in its
+    requirements/cuda.txt, else pyproject.toml); None where neither says."""
+    for name in ("requirements/cuda.txt", "pyproject.toml"):
+        proc = git.run(repo, "show", f"{commit}:{name}")
+        text = (proc.stdout or b"").decode(errors="replace") if proc.returncode == 0 else ""
+        if m := re.search(r"""^\s*["']?torch\s*==\s*([0-9][^\s;,"'+]*)""", text, re.M):
+            return m.group(1)
+    return None
 
 
 def _port_table(port: Port) -> str:
@@ -315,8 +403,9 @@ def _download(name: str, version: str, dest: Path) -> dict:
         text=True,
     )
     if proc.returncode == pipfetch.NOT_FOUND:
-        raise ToolkitError(
-            f"vLLM {version} has no source distribution ({name}) on pip's configured index"
+        raise NoSdist(
+            f"vLLM {version} has no source distribution ({name}) on pip's configured index",
+            version,
         )
     if proc.returncode == pipfetch.UNREACHABLE:
         raise ToolkitError(

@@ -58,6 +58,15 @@ def require_exportable(where: Where, state: State, force: bool = False) -> Path:
             f"holds {state.applied}/{state.total} patches, and export would "
             f"drop the rest; {stopped_ways(t, state)}"
         )
+    if state.base != t.commit and (t.commit is None or state.base_label == t.version):
+        # Same release, another commit: the file's commit is the difference.
+        file = "pin.toml" + (f" (port {t.version})" if t.port else "")
+        have = f"records {t.commit[:12]}" if t.commit else "records none"
+        raise ToolkitError(
+            f"the work tree is on vLLM {t.version}'s base {state.base[:12]}, and {file} "
+            f"{have} as that base's commit: set its commit to {state.base} if the base is "
+            f"right (`git diff pin.toml` shows what changed), then `{t.cmd('apply', '--force')}`"
+        )
     if state.base != t.commit:
         owner = f"the port's ({label})" if t.port else "the pin's"
         raise ToolkitError(

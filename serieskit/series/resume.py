@@ -56,7 +56,9 @@ def cont(where: Where, log=print) -> State:
     names = read_series(t)
     patches = check_patches(t, names)
     safety.clear_stale_locks(repo, "apply --continue", log)
-    undo_interrupted(t, state, names, "apply --continue", busy=lambda op: _operation_message(t, op))
+    undo_interrupted(
+        t, state, names, "apply --continue", busy=lambda op: _operation_message(t, op), log=log
+    )
     if resumed:
         log("apply --continue: the earlier one was interrupted; going on")
     if t.commit is not None and state.base != t.commit:

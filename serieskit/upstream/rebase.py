@@ -146,17 +146,20 @@ def update_pin(root: Path, log=print) -> None:
             "names a PyPI release; `nox -s apply -- --force` goes back to it"
         )
     assert rb.version
-    sha = rb.sha256 or base.recorded_sha256(series.work_repo(root), rb.onto) or ""
+    repo = series.work_repo(root)
+    sha = rb.sha256 or base.recorded_sha256(repo, rb.onto) or ""
     old = base.read_pin(root)
     base.write_pin(root, base.Pin(rb.version, sha, rb.onto, old.torch))
     state.rebase = None
     state.fingerprint = None  # patches/ are about to be written from the tree
     state.save(root)
     log(f"rebase: pin moved from vLLM {old.version} to {rb.version}; exporting patches/")
-    if old.torch:
+    was, now = base.torch_required(repo, rb.old_base), base.torch_required(repo, rb.onto)
+    if old.torch and was != now:  # the same torch on both: pin.toml's torch still holds
         log(
-            f"rebase: the CPU tests still install torch {old.torch} (pin.toml: torch): "
-            f"set the torch vLLM {rb.version} pins"
+            f"rebase: vLLM {rb.version} pins torch {now or '(none found)'}, vLLM "
+            f"{rb.old_label} pinned {was or '(none found)'}: the CPU tests still install "
+            f"torch {old.torch} (pin.toml: torch); set the one to test {rb.version} with"
         )
     export.export(root, force=True, log=log)
 
@@ -200,11 +203,18 @@ def _finish(root: Path, log) -> Path:
     )
     counts = summarize(rd)
     report = write_report(root, rb, new_head, rd, counts)
+    # patches/ still as the tree was made from it (the fingerprint the rebase
+    # started with): the rebased tree is made from it too, so export may write
+    # it (a rebase onto the pin's own release is exported at once). Otherwise
+    # none: export refuses until apply or --force.
+    unchanged = state.fingerprint == series.fingerprint(root, rb.old_base)
     state.base, state.base_label, state.head = rb.onto, rb.target, new_head
     state.applied = state.total = len(git.commits(repo, f"{rb.onto}..HEAD"))
     rb.done = True
-    state.fingerprint = None
+    state.fingerprint = series.fingerprint(root, rb.onto) if unchanged else None
+    state.moved = {"label": rb.old_label, "base": rb.old_base, "onto": rb.onto}
     state.save(root)
+    base.mark_current(repo, rb.onto)
     log(f"rebase: done, {format_counts(counts)}; report {report.relative_to(root)}")
     if rb.update_pin:
         update_pin(root, log)
@@ -285,3 +295,64 @@ def write_report(
         "```diff\n" + range_diff.rstrip("\n") + "\n```\n",
     )
     return path
+
+
+# Where text naming the old release or a removed file is looked for after a move.
+SCANNED = ("README.md", "docs/*.md", f"{series.PATCHES}/manifest.toml")
+MENTIONS_MAX = 20
+
+
+def stale_mentions(root: Path, repo: Path, old_label: str, old_base: str, onto: str) -> list[str]:
+    """``path:line: text`` for each line of the README, docs/*.md and the
+    manifest that names the old release (``old_label``, where it is a
+    version other than the new base's) or a file the new base removed (as a
+    path, or as a dotted module for a .py file). A list to review: lines
+    about history are among them."""
+    removed = set(
+        git.git(
+            repo, "diff", "--name-only", "--no-renames", "--diff-filter=D", "-z", old_base, onto
+        ).split("\0")
+    ) - {""}
+    modules = {
+        p.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for p in removed
+        if p.endswith(".py")
+    }
+    version = (
+        re.compile(rf"(?<![\w.]){re.escape(old_label)}(?![\w]|\.\d)")
+        if re.fullmatch(r"\d+(\.\d+)+", old_label)
+        and git.rev(repo, base.base_ref(old_label)) != onto
+        else None
+    )
+    found: list[str] = []
+    paths = sorted({p for pattern in SCANNED for p in root.glob(pattern) if p.is_file()})
+    for path in paths:
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            at = _named_at(line, version, removed, modules)
+            if at is not None:
+                text = line.strip()
+                i = max(0, text.find(at) - 60)
+                snippet = (
+                    ("..." if i else "")
+                    + text[i : i + 150]
+                    + ("..." if len(text) > i + 150 else "")
+                )
+                found.append(f"{path.relative_to(root)}:{n}: {snippet}")
+    return found
+
+
+def _named_at(
+    line: str, version: re.Pattern | None, removed: set[str], modules: set[str]
+) -> str | None:
+    """What ``line`` names of the old release or the removed files, or None."""
+    if version and (m := version.search(line)):
+        return m.group(0)
+    for token in re.findall(r"[\w./-]+", line):
+        token = token.strip("./-")
+        if token in removed:
+            return token
+        parts = token.split(".")
+        for k in range(len(parts), 1, -1):  # vllm.a.b.Class names module vllm.a.b
+            if ".".join(parts[:k]) in modules:
+                return token
+    return None

@@ -209,3 +209,38 @@ def report(result: TargetResult, log=print) -> None:
         log(f"  {i}/{n} {p.how:8} {p.name}")
         for f, hunks in p.files.items():
             log(f"      {f}: {hunks} conflict hunk(s)")
+
+
+def no_sdist(e: base.NoSdist, check: bool) -> ToolkitError:
+    """No sdist of the release asked for: the releases the index has (those a
+    short version such as 0.34 stands for first) and the command with one."""
+    try:
+        found = sorted(releases(">=0"), key=_version_key)
+    except ToolkitError:
+        return e
+    close = [v for v in found if v.startswith(f"{e.version}.")]
+    pick = close[-1] if close else found[-1] if found else None
+    if pick is None:
+        return e
+    how = f"nox -s rebase -- {'--check ' if check else ''}vllm=={pick}"
+    if close:
+        return ToolkitError(f"{e}: a release is named in full ({', '.join(close)}): `{how}`")
+    newest = ", ".join(reversed(found[-3:]))
+    return ToolkitError(f"{e}; the newest there: {newest}: `{how}`")
+
+
+def next_step(results: list[TargetResult], log=print) -> None:
+    """The closing line of a check: the rebase that acts on what it found
+    (the newest release tried, or the newest without a conflict beside it)."""
+    if not results:
+        return
+    newest = results[-1]
+    clean = [r.version for r in results if not r.conflicts]
+    how = f"`nox -s rebase -- vllm=={newest.version}`"
+    if not newest.conflicts:
+        log(f"next: {how} (every patch applies: it will not stop)")
+        return
+    stops = [p.name for p in newest.conflicts]
+    shown = ", ".join(stops[:5]) + (f" and {len(stops) - 5} more" if len(stops) > 5 else "")
+    also = f"; or `nox -s rebase -- vllm=={clean[-1]}`, which will not stop" if clean else ""
+    log(f"next: {how} (stops at {len(stops)} patch(es): {shown}){also}")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from serieskit import files, git
 from serieskit.errors import ToolkitError
-from serieskit.series import safety, series, target
+from serieskit.series import base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase_check
@@ -146,7 +146,7 @@ def abort(where: Path | Target, log=print) -> None:
     repo = t.work
     state = State.load(t)
     if not state.rebase_stopped or state.rebase is None:
-        raise ToolkitError(f"no {_kind(state)} is stopped: nothing to abort")
+        raise ToolkitError(_nothing_to_abort(t, state))
     rb = state.rebase
     kind = rb.kind
     safety.clear_stale_locks(repo, f"{kind} --abort", log)
@@ -181,7 +181,29 @@ def abort(where: Path | Target, log=print) -> None:
         _git(repo, f"{kind} --abort", "checkout", "-q", "-B", series.BRANCH, rb.old_head)
     state.rebase = None
     state.save(t)
+    base.mark_current(repo, rb.old_base)
     log(f"{kind}: aborted; the work tree is back at {rb.old_head[:12]} on vLLM {state.base_label}")
+
+
+def _nothing_to_abort(t: Target, state: State) -> str:
+    """--abort with no stopped rebase: the way back from where the tree is."""
+    repo, kind = t.work, _kind(state)
+    kept = ""
+    if git.is_repo(repo) and git.git(repo, "for-each-ref", "--count=1", safety.BACKUP_REF):
+        kept = (
+            f"; earlier work the toolkit kept is under {safety.BACKUP_REF}/ "
+            f"(`git -C {repo} for-each-ref {safety.BACKUP_REF}/`)"
+        )
+    rb = state.rebase
+    if rb is not None and rb.done:
+        return (
+            f"no {kind} is stopped: nothing to abort (the {kind} onto {rb.target} finished); "
+            f"`{t.cmd('apply', '--force')}` goes back to the series of {t.patches_label}/ on "
+            f"vLLM {t.version}, keeping the rebased commits under {safety.BACKUP_REF}/" + kept
+        )
+    return (
+        f"no {kind} is stopped: nothing to abort (`{t.cmd('status')}` shows the work tree)" + kept
+    )
 
 
 def _git(repo: Path, what: str, *args: str) -> None:
