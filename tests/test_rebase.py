@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
+import subprocess
 
 import pytest
 from test_series import make_series
@@ -10,7 +13,7 @@ from test_series import make_series
 from conftest import BASE_FILES, add_release, commit_file, quiet
 from serieskit import git, status
 from serieskit.errors import ToolkitError
-from serieskit.series import apply, base, safety, series
+from serieskit.series import apply, base, export, safety, series
 from serieskit.state import State
 from serieskit.upstream import rebase, stops
 
@@ -269,4 +272,62 @@ def test_added_beside_caps_the_list(root, cache, monkeypatch):
         rebase.start(root, "vllm==0.0.3", log=lines.append)
     out = "\n".join(lines)
     assert "... and 3 more" in out and "--diff-filter=A" in out
+    rebase.abort(root, log=quiet)
+
+
+# --- a stop where a side deleted or added a file (no text conflict) ----------------
+
+KERNEL = BASE_FILES["vllm/config/kernel.py"]
+UTILS = BASE_FILES["vllm/utils.py"]
+# Upstream: deletes utils.py, changes kernel.py, adds both.py, changes setup.py.
+REARRANGED = {
+    **{k: v for k, v in BASE_FILES.items() if k != "vllm/utils.py"},
+    "vllm/config/kernel.py": KERNEL.replace("b = 2", "b = 20"),
+    "vllm/both.py": "UPSTREAM = 1\n",
+    "setup.py": "print('upstream')\n",
+}
+
+
+def series_against_rearranged(root):
+    """One patch that changes utils.py, deletes kernel.py, adds both.py and
+    changes setup.py: against REARRANGED, every kind of unmerged file at once."""
+    apply.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    git.git(repo, "rm", "-q", "vllm/config/kernel.py")
+    (repo / "vllm/both.py").write_text("PATCH = 1\n")
+    (repo / "setup.py").write_text("print('series')\n")
+    git.git(repo, "add", "vllm/both.py", "setup.py")
+    commit_file(
+        repo, "vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Core] Rearrange"
+    )
+    export.export(root, log=quiet)
+    return repo
+
+
+def test_a_stop_names_each_kind_of_unmerged_file_and_its_commands_work(root, cache, tmp_path):
+    repo = series_against_rearranged(root)
+    add_release(cache, "0.0.7", REARRANGED)
+    lines: list[str] = []
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.7", log=lines.append)
+    out = "\n".join(lines)
+    assert "files:  setup.py (1 conflict hunk(s))" in out
+    assert "          vllm/both.py (added on both sides, 1 conflict hunk(s))" in out
+    assert "          vllm/config/kernel.py (the patch deletes it, upstream changed it)" in out
+    assert "          vllm/utils.py (deleted upstream, the patch changes it)" in out
+    assert "0 conflict hunk(s)" not in out
+    assert "--conflict=zdiff3 -- setup.py`" in out  # the only file with all three stages
+    commands = re.findall(r"`(git -C \S+ [^`]*)`", out)
+    assert f"git -C {repo} show REBASE_HEAD -- vllm/utils.py" in commands
+    assert f"git -C {repo} checkout --ours -- vllm/config/kernel.py" in commands
+    # Every command the stop prints works there (each in a copy of that state).
+    for i, command in enumerate(commands):
+        copy = tmp_path / f"copy{i}"
+        shutil.copytree(repo, copy, symlinks=True)
+        args = shlex.split(command.replace(str(repo), str(copy)))
+        proc = subprocess.run(args, capture_output=True, text=True)
+        assert proc.returncode == 0, (command, proc.stderr)
+    # --ours is upstream's side: it gives upstream's kernel.py.
+    git.git(repo, "checkout", "--ours", "--", "vllm/config/kernel.py")
+    assert (repo / "vllm/config/kernel.py").read_text() == REARRANGED["vllm/config/kernel.py"]
     rebase.abort(root, log=quiet)

@@ -328,7 +328,10 @@ def conflict_lines(at: Path | Target) -> list[str]:
     where = progress(repo)
     done, total, subject = where or (0, 0, "?")
     patch = _patch_file(t, subject)
-    files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
+    stages = rebase_check.unmerged(repo)
+    files = sorted(stages)
+    what = rebase_check.describe_unmerged(repo, stages, rb.old_base, rb.onto)
+    listed = [f"{f} ({what[f]})" for f in files] or ["(none unresolved; see git status)"]
     lines = [
         (
             f"carry: the pin's changes onto the port to {t.version}, "
@@ -337,15 +340,12 @@ def conflict_lines(at: Path | Target) -> list[str]:
             else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"
         ),
         f"  patch:  {subject}" + (f" ({t.patches_label}/{patch})" if patch else ""),
-        "  files:  "
-        + (
-            ", ".join(
-                f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict hunk(s))" for f in files
-            )
-            if files
-            else "(none unresolved; see git status)"
-        ),
+        "  files:  " + listed[0],
+        *(f"          {f}" for f in listed[1:]),
     ]
+    # Text conflicts have all three stages; only those can be checked out again
+    # with other markers.
+    text = [f for f in files if stages[f] == {1, 2, 3}]
     if files:
         stat = git.git(repo, "diff", "--stat=100", rb.old_base, rb.onto, "--", *files)
         lines.append(f"  upstream changed them from {rb.old_label} to {rb.target}:")
@@ -355,22 +355,62 @@ def conflict_lines(at: Path | Target) -> list[str]:
             f"-- {' '.join(files)}`"
         )
         lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
+    if text:
         lines.append(
             f"  three-way markers (base in the middle): `git -C {repo} checkout "
-            f"--conflict=zdiff3 -- {' '.join(files)}`"
+            f"--conflict=zdiff3 -- {' '.join(text)}`"
         )
+    for f in files:
+        if f not in text:
+            lines += _ways(repo, f, stages[f], what[f])
     if carry:
         lines.append(
             f"  the pin's change being carried: `git -C {repo} show "
             "REBASE_HEAD` (its interdiff since it was last carried)"
         )
+    edit = (
+        f"edit {', '.join(text)}, `git -C {repo} add -- {' '.join(text)}`"
+        if text
+        else "one of the ways above for each file"
+    )
     lines += [
-        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
-        f"`nox -s {session} --continue` (the resolution is recorded for next time)",
+        f"  to resolve: {edit}, then `nox -s {session} --continue` (the whole resolution, "
+        "other files you change included, is recorded for next time)",
         f"  to give up: `nox -s {session} --abort` (back to "
         f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
     ]
     return lines
+
+
+def _ways(repo: Path, f: str, stages: set[int], what: str) -> list[str]:
+    """The commands that resolve a file without a text conflict (deleted or
+    added on one side). In a rebase ``--ours`` is the new base (upstream's
+    side) and ``--theirs`` the patch."""
+    g = f"git -C {repo}"
+    keep_patch = f"`{g} add -- {f}`"
+    drop = f"`{g} rm -q -- {f}`"
+    if stages == {1, 3}:
+        port = " (where upstream moved it)" if what.startswith("renamed") else ""
+        return [
+            f"  {f}: {what}:",
+            f"    what the patch did there: `{g} show REBASE_HEAD -- {f}`: port it to where "
+            f"the code went{port}",
+            f"    drop the patch's change: {drop}; keep the file as the patch has it: {keep_patch}",
+        ]
+    if stages == {1, 2}:
+        return [
+            f"  {f}: {what}:",
+            f"    keep the deletion: {drop}; keep upstream's version: `{g} checkout --ours "
+            f"-- {f}` (in a rebase, ours is upstream's side), then `{g} add -- {f}`",
+            f"    what the patch did there: `{g} show REBASE_HEAD -- {f}`",
+        ]
+    if stages == {2, 3}:
+        return [
+            f"  {f}: {what}:",
+            f"    edit the markers, or take upstream's `{g} checkout --ours -- {f}` or the "
+            f"patch's `{g} checkout --theirs -- {f}`; then `{g} add -- {f}`",
+        ]
+    return [f"  {f}: {what}: keep it: `{g} add -- {f}`; drop it: {drop}"]
 
 
 # How many of upstream's new files beside the conflicted ones a stop names.
