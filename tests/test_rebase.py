@@ -16,7 +16,7 @@ from serieskit import git, status
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, export, safety, series, target
 from serieskit.state import State
-from serieskit.upstream import rebase, stops
+from serieskit.upstream import rebase, resolutions, stops
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {
@@ -164,9 +164,9 @@ def test_a_resolution_is_made_once(root, cache):
     first = rebase.cont(root, log=quiet)
     resolved = git.git(repo, "show", "HEAD~1:vllm/utils.py")
     folder = root / "patches" / stops.RESOLUTIONS
-    records = [p for p in folder.iterdir() if p.name != stops.STOPS]
+    records = [p for p in folder.iterdir() if p.name != resolutions.STOPS]
     assert len(records) == 1 and (records[0] / "postimage").exists()
-    assert len(list((folder / stops.STOPS).iterdir())) == 1  # and the whole stop
+    assert len(list((folder / resolutions.STOPS).iterdir())) == 1  # and the whole stop
     # Elsewhere: a work tree on the pin without rerere's own cache, the same
     # rebase, no hand work.
     apply.apply(root, force=True, log=quiet)
@@ -370,8 +370,8 @@ def test_a_stop_with_a_deletion_and_an_edit_beside_it_is_replayed(root, cache):
     git.git(repo, "add", "vllm/f10.py", "tests/test_f10.py")
     first = rebase.cont(root, log=quiet)
     tree = git.git(repo, "rev-parse", "HEAD^{tree}")
-    (record,) = (root / "patches" / stops.RESOLUTIONS / stops.STOPS).iterdir()
-    meta = json.loads((record / stops.STOP_META).read_text())
+    (record,) = (root / "patches" / stops.RESOLUTIONS / resolutions.STOPS).iterdir()
+    meta = json.loads((record / resolutions.STOP_META).read_text())
     assert meta["patch"] == "[Core] F10" and (meta["from"], meta["onto"]) == ("0.0.1", "0.0.8")
     assert meta["files"] == {
         "tests/test_f10.py": "100644",
@@ -382,7 +382,7 @@ def test_a_stop_with_a_deletion_and_an_edit_beside_it_is_replayed(root, cache):
     assert not (root / "patches" / stops.RESOLUTIONS / "stops" / "rr-cache").exists()
     # Elsewhere: the old series on the pin, no records in the work tree's git folder.
     apply.apply(root, force=True, log=quiet)
-    for cache_dir in ("rr-cache", stops.STOP_CACHE):
+    for cache_dir in ("rr-cache", resolutions.STOP_CACHE):
         shutil.rmtree(git.gitdir(repo) / cache_dir, ignore_errors=True)
     lines.clear()
     second = rebase.start(root, "vllm==0.0.8", log=lines.append)
@@ -401,10 +401,10 @@ def test_a_half_written_stop_record_is_never_replayed(root, cache):
     add_release(cache, "0.0.7", REARRANGED)
     with pytest.raises(ToolkitError):
         rebase.start(root, "vllm==0.0.7", log=quiet)
-    key = stops.stop_key(repo)
-    folder = git.gitdir(repo) / stops.STOP_CACHE / str(key)
+    key = resolutions.stop_key(repo)
+    folder = git.gitdir(repo) / resolutions.STOP_CACHE / str(key)
     folder.mkdir(parents=True)
-    (folder / stops.STOP_META).write_text(json.dumps({"files": {"setup.py": "100644"}}))
-    assert stops.replay_stop(target.of(root), repo) is None
-    assert stops._index(repo)["setup.py"][0].endswith(" 1")  # untouched: still unmerged
+    (folder / resolutions.STOP_META).write_text(json.dumps({"files": {"setup.py": "100644"}}))
+    assert resolutions.replay_stop(target.of(root), repo) is None
+    assert resolutions._index(repo)["setup.py"][0].endswith(" 1")  # untouched: still unmerged
     rebase.abort(root, log=quiet)

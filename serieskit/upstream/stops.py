@@ -8,40 +8,32 @@ so that one killed inside a step is told from one stopped at a conflict.
 ``--abort`` drops nothing: what the work tree holds is stashed, the commits
 already moved are kept under a backup ref.
 
-A resolution is made once. rerere records the text hunks; and at
-``--continue`` the whole stop is recorded (:func:`record_stop`): the final
-content, or the deletion, of every file that was unmerged at the stop or
-whose index entry changed during it (a file deleted upstream, an edit to a
-file without a conflict), keyed by the trees that make the stop (so the
-same stop of the same move finds it again), and replayed there
-(:func:`replay_stop`). Both kinds of record are kept with the series in
-``patches/resolutions/`` (its ``stops/`` folder for the whole stops;
-:func:`load_resolutions` before a rebase, :func:`save_resolutions` after).
+A resolution is made once: rerere records the text hunks, and
+``--continue`` the whole stop; the same stop replays them
+(:mod:`.resolutions`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
-import shutil
 from pathlib import Path
 
-from serieskit import files, git, killpoint
+from serieskit import git
 from serieskit.errors import ToolkitError
 from serieskit.series import safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase_check
+from serieskit.upstream.resolutions import (
+    RESOLUTIONS,
+    load_resolutions,
+    record_stop,
+    replay_stop,
+    save_resolutions,
+    snapshot,
+)
 
-RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
-STOPS = "stops"  # under resolutions/: whole stops resolved by hand, one folder each
-# In the work tree's git folder, beside rerere's rr-cache: the stop records
-# this work tree knows, and the index as the stop shown last found it.
-STOP_CACHE = "serieskit-stops"
-SNAPSHOT = "serieskit-stop.json"
-STOP_META = "stop.json"  # in a stop's folder; the files it writes are under files/
+__all__ = ["RESOLUTIONS", "load_resolutions", "save_resolutions"]  # for rebase and carry
+
 # rerere on for the rebase's own git calls only (git.STABLE_CONFIG turns it off);
 # autoUpdate stages what a recorded resolution resolved.
 RERERE = ("-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true")
@@ -250,7 +242,7 @@ def run_to_stop(at: Path | Target, proc, finish, log, resolving=None):
             f"resolution ({t.patches_label}/{RESOLUTIONS}/{record or ''}); going on"
         )
         proc = run_git(t, "--continue")
-    _snapshot(repo, output)
+    snapshot(repo, output)
     for line in conflict_lines(t):
         log(line)
     raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost (see above)")
@@ -281,204 +273,6 @@ def _note_resolved(t: Target, stop: tuple[int, int, str] | None) -> None:
 
 def _kind(state: State) -> str:
     return state.rebase.kind if state.rebase else "rebase"
-
-
-def load_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """The target's resolutions/ into the work tree's git folder: rerere's
-    records into its rr-cache, the whole stops (``stops/``) beside it."""
-    t = target.of(where)
-    src = t.patches / RESOLUTIONS
-    if not src.is_dir():
-        return
-    n = _copy_records(_rerere_records(src), git.gitdir(repo) / "rr-cache")
-    n += _copy_records(_stop_records(src / STOPS), git.gitdir(repo) / STOP_CACHE)
-    if n:
-        log(f"{n} recorded resolution(s) from {t.patches_label}/{RESOLUTIONS}/ loaded")
-
-
-def save_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """Keep every resolution recorded in the work tree with the series:
-    rerere's (preimage + postimage) and the whole stops."""
-    t = target.of(where)
-    dest = t.patches / RESOLUTIONS
-    cache = git.gitdir(repo) / "rr-cache"
-    done = [e for e in _rerere_records(cache) if (e / "postimage").exists()]
-    n = _copy_records(done, dest, only=("preimage", "postimage"))
-    n += _copy_records(_stop_records(git.gitdir(repo) / STOP_CACHE), dest / STOPS, replace=True)
-    if n:
-        log(
-            f"{n} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
-            "(commit them with the series: the next run reuses them)"
-        )
-
-
-def _rerere_records(folder: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in (folder.iterdir() if folder.is_dir() else [])
-        if p.is_dir() and p.name != STOPS and not p.name.startswith(".")
-    )
-
-
-def _stop_records(folder: Path) -> list[Path]:
-    """The whole stop records in ``folder`` (a temporary folder of a killed
-    write is no record: its name starts with a dot)."""
-    return sorted(
-        p
-        for p in (folder.iterdir() if folder.is_dir() else [])
-        if p.is_dir() and not p.name.startswith(".") and (p / STOP_META).is_file()
-    )
-
-
-def _copy_records(
-    records: list[Path], dest: Path, only: tuple[str, ...] = (), replace: bool = False
-) -> int:
-    """Copy each record folder into ``dest``, whole or not at all (a kill
-    never leaves a record without its files); one already there is kept,
-    or with ``replace`` swapped where it differs. Returns how many it wrote."""
-    n = 0
-    for entry in records:
-        data = {
-            str(f.relative_to(entry)): f.read_bytes()
-            for f in sorted(entry.rglob("*"))
-            if f.is_file() and (not only or f.name in only)
-        }
-        there = _read_record(dest / entry.name)
-        if there == data or (there is not None and not replace):
-            continue
-        _write_record(dest / entry.name, data)
-        n += 1
-    return n
-
-
-def _read_record(folder: Path) -> dict[str, bytes] | None:
-    if not folder.is_dir():
-        return None
-    return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
-
-
-def _write_record(path: Path, data: dict[str, bytes]) -> None:
-    """``path`` holds ``data``, whole or not at all: an old record is renamed
-    out of the way before it goes (a kill in between leaves none, never half
-    of one), and the new one is renamed into place once complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.clear_leftovers(path.parent)
-    if path.exists():
-        old = path.with_name(f".{path.name}.serieskit-{os.getpid()}.tmp")
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(path, old)
-        shutil.rmtree(old)
-    files.write_dir(path, data)
-
-
-# --- whole stops: recorded at --continue, replayed at the same stop -----------------
-
-
-def stop_key(repo: Path) -> str | None:
-    """The stop a rebase is at, the same for the same move of the same series:
-    the tree it stands on (the new base and the steps before), and the
-    stopped commit's tree and its parent's (the patch)."""
-    stopped = git.gitdir(repo) / "rebase-merge" / "stopped-sha"
-    if not stopped.is_file():
-        return None
-    sha = stopped.read_text().strip()
-    proc = git.run(repo, "rev-parse", *(f"{c}^{{tree}}" for c in ("HEAD", sha, f"{sha}^")))
-    if proc.returncode != 0:
-        return None
-    return hashlib.sha256(proc.stdout).hexdigest()[:40]
-
-
-def _index(repo: Path) -> dict[str, list[str]]:
-    """Every index entry (mode, blob, stage), by path."""
-    entries: dict[str, list[str]] = {}
-    for entry in filter(None, git.git(repo, "ls-files", "-s", "-z").split("\0")):
-        info, path = entry.split("\t", 1)
-        entries.setdefault(path, []).append(info)
-    return entries
-
-
-def _snapshot(repo: Path, output: bytes) -> None:
-    """The index as the stop shown finds it, and the files rerere resolved
-    there: --continue records what changed from it."""
-    key = stop_key(repo)
-    if key is None:
-        return
-    rerere = re.findall(r"(?:Resolved|Staged) '(.+?)' using previous resolution", output.decode())
-    files.write(
-        git.gitdir(repo) / SNAPSHOT,
-        json.dumps({"key": key, "rerere": rerere, "index": _index(repo)}),
-    )
-
-
-def record_stop(t: Target, repo: Path) -> Path | None:
-    """At ``--continue``: record the resolution of the stop the snapshot was
-    taken at, in the work tree's git folder (:func:`save_resolutions` keeps
-    it with the series when the rebase finishes)."""
-    snap_file = git.gitdir(repo) / SNAPSHOT
-    key = stop_key(repo)
-    try:
-        snap = json.loads(snap_file.read_text())
-    except (OSError, ValueError):
-        return None
-    state = State.load(t)
-    if key is None or snap.get("key") != key or state.rebase is None:
-        return None
-    before, now = snap["index"], _index(repo)
-    paths = sorted(
-        {p for p in {*before, *now} if before.get(p) != now.get(p)} | set(snap["rerere"])
-    )
-    if not paths:
-        return None
-    _, _, subject = progress(repo) or (0, 0, "?")
-    rb = state.rebase
-    meta: dict = {"patch": subject, "from": rb.old_label, "onto": rb.target, "files": {}}
-    data: dict[str, bytes] = {}
-    for path in paths:
-        entry = [e.split() for e in now.get(path, []) if e.split()[2] == "0"]
-        if not entry:
-            meta["files"][path] = "deleted"
-            continue
-        mode, blob, _ = entry[0]
-        meta["files"][path] = mode
-        if mode == "160000":  # a submodule: its commit, no content
-            meta["files"][path] = f"{mode} {blob}"
-        else:
-            data[f"files/{path}"] = git.run(repo, "cat-file", "blob", blob).stdout
-    data[STOP_META] = (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode()
-    killpoint.reach("stops.recording")
-    _write_record(git.gitdir(repo) / STOP_CACHE / key, data)
-    return git.gitdir(repo) / STOP_CACHE / key
-
-
-def replay_stop(t: Target, repo: Path) -> str | None:
-    """At a stop with a record (same key): write or remove each file as
-    recorded and stage it. Returns the record's place under resolutions/,
-    or None where there is none (or it left a file unmerged)."""
-    key = stop_key(repo)
-    record = git.gitdir(repo) / STOP_CACHE / str(key)
-    if key is None or not (record / STOP_META).is_file():
-        return None
-    meta = json.loads((record / STOP_META).read_text())
-    wanted = meta["files"]
-    if any(
-        how != "deleted" and not how.startswith("160000") and not (record / "files" / p).is_file()
-        for p, how in wanted.items()
-    ):
-        return None  # not whole (never written so by the toolkit): not replayed
-    for path, how in wanted.items():
-        if how == "deleted":
-            git.git(repo, "rm", "-q", "-f", "--ignore-unmatch", "--", path)
-            continue
-        mode, _, blob = how.partition(" ")
-        if not blob:
-            content = (record / "files" / path).read_bytes()
-            blob = git.git(repo, "hash-object", "-w", "--stdin", input=content).strip()
-        git.git(repo, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}")
-        if mode != "160000":
-            git.git(repo, "checkout-index", "-f", "--", path)
-    if rebase_check.unmerged(repo):
-        return None
-    return f"{STOPS}/{key}/"
 
 
 def progress(repo: Path) -> tuple[int, int, str] | None:
