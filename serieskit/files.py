@@ -59,7 +59,7 @@ def write(path: Path, data: bytes | str) -> None:
 
 
 def write_dir(path: Path, files: dict[str, bytes]) -> None:
-    """Make the folder ``path`` hold ``files`` (names to bytes), whole or not
+    """Make the folder ``path`` hold ``files`` (relative paths to bytes), whole or not
     at all: built beside it, then renamed into place (it must not exist)."""
     path = Path(path)
     tmp = _temp(path)
@@ -67,6 +67,7 @@ def write_dir(path: Path, files: dict[str, bytes]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for name, data in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # a name may hold folders
             (tmp / name).write_bytes(data)
         killpoint.reach("write")
         os.rename(tmp, path)

@@ -56,7 +56,7 @@ from test_port import PORT, f0, make_port, pin_patches, write_series
 from conftest import BASE_FILES, add_release, make_root, quiet
 from serieskit.checks import docs
 from serieskit.series import base, target
-from serieskit.upstream import carry_record
+from serieskit.upstream import carry_record, resolutions
 
 KERNEL = BASE_FILES["vllm/config/kernel.py"]
 # Upstream changes f0's line: patch 1 conflicts there, and nothing else does.
@@ -351,13 +351,16 @@ def _stopped_setup(call, root, facts, cache):
 def _continue_rebase_recover(call, root, facts):
     """--continue again; where it says the rebase was interrupted, --abort
     (the resolution goes to a stash) and start again: it stops at the same
-    conflict."""
+    conflict, or, where --continue had recorded the stop before the kill,
+    replays that record."""
     if not _state(root)["rebase"]["done"]:
         res = call("rebase", "--continue")
         if res.rc:
             error_line(res, "--abort")
             ok(call("rebase", "--abort"))
-            error_line(call("rebase", "vllm==0.0.2"), "conflict")
+            res = call("rebase", "vllm==0.0.2")
+            if res.rc:
+                error_line(res, "conflict")
 
 
 def _continue_rebase_check(call, root, facts):
@@ -392,6 +395,91 @@ def _abort_check(call, root, facts):
     assert patches(root) == facts["patches"]
     assert "up to date" in ok(call("apply")).out
     _no_leftovers(root, repo)
+
+
+# --- rebase --continue recording a whole stop ------------------------------------
+
+UTILS = BASE_FILES["vllm/utils.py"]
+# Upstream deleted utils.py; f10 lives in a module of its own (no rename).
+UTILS_GONE = {
+    **{k: v for k, v in BASE_FILES.items() if k != "vllm/utils.py"},
+    "vllm/f10.py": "def f10():\n    return 10\n",
+}
+F10_PORTED = "def f10():\n    return 1000\n"
+TEST_PORTED = "from vllm.f10 import f10\n"
+
+
+def _resolve_whole_stop(repo: Path) -> None:
+    """The patch's change ported to where upstream moved f10, the deleted
+    file dropped, the patch's test (no conflict in it) edited to match."""
+    (repo / "vllm/f10.py").write_text(F10_PORTED)
+    (repo / "tests/test_f10.py").write_text(TEST_PORTED)
+    g(repo, "rm", "-q", "vllm/utils.py")
+    g(repo, "add", "vllm/f10.py", "tests/test_f10.py")
+
+
+def _whole_stop_setup(call, root, facts, cache):
+    """A rebase stopped where upstream deleted a file the patch changes; the
+    resolution (a deletion, an edit beside it) made and staged."""
+    ok(call("apply"))
+    repo = work(root)
+    commit_files(
+        repo,
+        {
+            "vllm/utils.py": UTILS.replace("return 10\n", "return 1000\n"),
+            "tests/test_f10.py": "from vllm.utils import f10\n",
+        },
+        "[Core] F10",
+    )
+    ok(call("export"))
+    add_release(cache, "0.0.2", UTILS_GONE)
+    facts["patches"] = patches(root)
+    error_line(call("rebase", "vllm==0.0.2"), "conflict")
+    _resolve_whole_stop(repo)
+
+
+def _whole_stop_recover(call, root, facts):
+    """--continue again; where that says so, --abort and start again, which
+    replays the record where one was made, else stops for the same resolution."""
+    repo = work(root)
+    if _state(root)["rebase"]["done"]:
+        return
+    res = call("rebase", "--continue")
+    if res.rc == 0:
+        return
+    error_line(res, "--abort")
+    ok(call("rebase", "--abort"))
+    res = call("rebase", "vllm==0.0.2")
+    if res.rc:
+        error_line(res, "conflict")
+        _resolve_whole_stop(repo)
+        ok(call("rebase", "--continue"))
+
+
+def _whole_stop_check(call, root, facts):
+    """Done with the resolution; the record kept with the series is whole (or
+    absent), and the same move again, with no record but patches/'s,
+    replays it to the same tree."""
+    repo = work(root)
+    assert _state(root)["rebase"]["done"]
+    assert (repo / "vllm/f10.py").read_text() == F10_PORTED
+    assert (repo / "tests/test_f10.py").read_text() == TEST_PORTED
+    assert not (repo / "vllm/utils.py").exists()
+    tree = g(repo, "rev-parse", "HEAD^{tree}")
+    assert patches(root) == facts["patches"]
+    _no_leftovers(root, repo)
+    stops_dir = root / "patches" / resolutions.RESOLUTIONS / resolutions.STOPS
+    (record,) = stops_dir.iterdir()  # the one record, no temporary folder beside it
+    meta = json.loads((record / resolutions.STOP_META).read_text())
+    assert meta["files"]["vllm/utils.py"] == "deleted"
+    for path in ("vllm/f10.py", "tests/test_f10.py"):
+        assert (record / "files" / path).is_file()
+    ok(call("apply", "--force"))
+    for folder in ("rr-cache", resolutions.STOP_CACHE):
+        shutil.rmtree(repo / ".git" / folder, ignore_errors=True)
+    res = ok(call("rebase", "vllm==0.0.2"))
+    assert "resolved by a recorded resolution" in res.out, res.out
+    assert g(repo, "rev-parse", "HEAD^{tree}") == tree
 
 
 # --- docs -----------------------------------------------------------------------
@@ -485,6 +573,13 @@ CASES = {
     "rebase --abort": Case(
         "rebase --abort", ["rebase", "--abort"], _abort_setup, _abort_recover, _abort_check
     ),
+    "rebase --continue, whole stop": Case(
+        "rebase --continue, whole stop",
+        ["rebase", "--continue"],
+        _whole_stop_setup,
+        _whole_stop_recover,
+        _whole_stop_check,
+    ),
     "docs": Case("docs", ["docs"], _docs_setup, None, _docs_check),
     "docs, your staged edit": Case(
         "docs, your staged edit", ["docs"], _docs_setup, _your_staged_edit("docs"), _docs_check
@@ -543,6 +638,14 @@ KILLS = [
     ("rebase --abort", "in-git-rebase", "TERM", False, 80),
     ("rebase --abort", "git-diff", "KILL", False, None),
     ("rebase --abort", "write#1", "INT", False, None),
+    # Its record: before it is written, inside its write (its files written, not
+    # yet in place), before git goes on, and as the finished rebase keeps it
+    # with the series.
+    ("rebase --continue, whole stop", "stops.recording", "KILL", False, None),
+    ("rebase --continue, whole stop", "write#1", "KILL", False, None),
+    ("rebase --continue, whole stop", "git-rebase", "TERM", False, None),
+    ("rebase --continue, whole stop", "rebase.finishing", "KILL", False, None),
+    ("rebase --continue, whole stop", "write#5", "INT", False, None),
     ("docs", "git-rebase", "KILL", False, None),
     ("docs", "in-git-rebase", "KILL", True, 80),
     ("docs", "git-format-patch", "TERM", False, None),

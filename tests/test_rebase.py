@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import shutil
+import subprocess
 
 import pytest
 from test_series import make_series
@@ -10,9 +14,9 @@ from test_series import make_series
 from conftest import BASE_FILES, add_release, commit_file, quiet
 from serieskit import git, status
 from serieskit.errors import ToolkitError
-from serieskit.series import apply, base, safety, series
+from serieskit.series import apply, base, export, safety, series, target
 from serieskit.state import State
-from serieskit.upstream import rebase, stops
+from serieskit.upstream import rebase, resolutions, stops
 
 UPSTREAM_CHANGE = {**BASE_FILES, "setup.py": "print('setup 2')\n"}
 CONFLICTING = {
@@ -159,8 +163,10 @@ def test_a_resolution_is_made_once(root, cache):
     git.git(repo, "add", "vllm/utils.py")
     first = rebase.cont(root, log=quiet)
     resolved = git.git(repo, "show", "HEAD~1:vllm/utils.py")
-    records = list((root / "patches" / stops.RESOLUTIONS).iterdir())
+    folder = root / "patches" / stops.RESOLUTIONS
+    records = [p for p in folder.iterdir() if p.name != resolutions.STOPS]
     assert len(records) == 1 and (records[0] / "postimage").exists()
+    assert len(list((folder / resolutions.STOPS).iterdir())) == 1  # and the whole stop
     # Elsewhere: a work tree on the pin without rerere's own cache, the same
     # rebase, no hand work.
     apply.apply(root, force=True, log=quiet)
@@ -402,3 +408,135 @@ def test_a_finished_rebase_lists_the_moves_chores(root, cache, capsys):
     assert out.rstrip().endswith("rebase: the move is not complete: 5 chore(s) above"), out
     assert cli.run(["status"], root) == 0  # status lists them too
     assert "rebase: the move is not complete: 5 chore(s) above" in capsys.readouterr().out
+
+
+# --- a stop where a side deleted or added a file (no text conflict) ----------------
+
+KERNEL = BASE_FILES["vllm/config/kernel.py"]
+UTILS = BASE_FILES["vllm/utils.py"]
+# Upstream: deletes utils.py, changes kernel.py, adds both.py, changes setup.py.
+REARRANGED = {
+    **{k: v for k, v in BASE_FILES.items() if k != "vllm/utils.py"},
+    "vllm/config/kernel.py": KERNEL.replace("b = 2", "b = 20"),
+    "vllm/both.py": "UPSTREAM = 1\n",
+    "setup.py": "print('upstream')\n",
+}
+
+
+def series_against_rearranged(root):
+    """One patch that changes utils.py, deletes kernel.py, adds both.py and
+    changes setup.py: against REARRANGED, every kind of unmerged file at once."""
+    apply.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    git.git(repo, "rm", "-q", "vllm/config/kernel.py")
+    (repo / "vllm/both.py").write_text("PATCH = 1\n")
+    (repo / "setup.py").write_text("print('series')\n")
+    git.git(repo, "add", "vllm/both.py", "setup.py")
+    commit_file(
+        repo, "vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Core] Rearrange"
+    )
+    export.export(root, log=quiet)
+    return repo
+
+
+def test_a_stop_names_each_kind_of_unmerged_file_and_its_commands_work(root, cache, tmp_path):
+    repo = series_against_rearranged(root)
+    add_release(cache, "0.0.7", REARRANGED)
+    lines: list[str] = []
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.7", log=lines.append)
+    out = "\n".join(lines)
+    assert "files:  setup.py (1 conflict hunk(s))" in out
+    assert "          vllm/both.py (added on both sides, 1 conflict hunk(s))" in out
+    assert "          vllm/config/kernel.py (the patch deletes it, upstream changed it)" in out
+    assert "          vllm/utils.py (deleted upstream, the patch changes it)" in out
+    assert "0 conflict hunk(s)" not in out
+    assert "--conflict=zdiff3 -- setup.py`" in out  # the only file with all three stages
+    commands = re.findall(r"`(git -C \S+ [^`]*)`", out)
+    assert f"git -C {repo} show REBASE_HEAD -- vllm/utils.py" in commands
+    assert f"git -C {repo} checkout --ours -- vllm/config/kernel.py" in commands
+    # Every command the stop prints works there (each in a copy of that state).
+    for i, command in enumerate(commands):
+        copy = tmp_path / f"copy{i}"
+        shutil.copytree(repo, copy, symlinks=True)
+        args = shlex.split(command.replace(str(repo), str(copy)))
+        proc = subprocess.run(args, capture_output=True, text=True)
+        assert proc.returncode == 0, (command, proc.stderr)
+    # --ours is upstream's side: it gives upstream's kernel.py.
+    git.git(repo, "checkout", "--ours", "--", "vllm/config/kernel.py")
+    assert (repo / "vllm/config/kernel.py").read_text() == REARRANGED["vllm/config/kernel.py"]
+    rebase.abort(root, log=quiet)
+
+
+# --- a whole stop is recorded and replayed --------------------------------------
+
+# Upstream deletes utils.py and has f10 in a module of its own (no rename to follow).
+UTILS_GONE = {
+    **{k: v for k, v in BASE_FILES.items() if k != "vllm/utils.py"},
+    "vllm/f10.py": "def f10():\n    return 10\n",
+}
+
+
+def test_a_stop_with_a_deletion_and_an_edit_beside_it_is_replayed(root, cache):
+    """The patch changes a file upstream deleted and adds a test that imports
+    it: resolved by porting the change, `git rm` of the file and an edit of
+    the test (a file without a conflict). The second run of the same move,
+    from the old series on a machine with none of this work tree's records,
+    goes through without a stop, to the same tree."""
+    apply.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    (repo / "tests").mkdir()
+    (repo / "tests/test_f10.py").write_text("from vllm.utils import f10\n")
+    git.git(repo, "add", "tests/test_f10.py")
+    commit_file(repo, "vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Core] F10")
+    commit_file(repo, "vllm/new.py", "NEW = 1\n", "[Core] Add new module")
+    export.export(root, log=quiet)
+    add_release(cache, "0.0.8", UTILS_GONE)
+    lines: list[str] = []
+    with pytest.raises(ToolkitError, match="stopped at a conflict"):
+        rebase.start(root, "vllm==0.0.8", log=lines.append)
+    assert "  files:  vllm/utils.py (deleted upstream, the patch changes it)" in lines
+    (repo / "vllm/f10.py").write_text("def f10():\n    return 1000\n")
+    (repo / "tests/test_f10.py").write_text("from vllm.f10 import f10\n")
+    git.git(repo, "rm", "-q", "vllm/utils.py")
+    git.git(repo, "add", "vllm/f10.py", "tests/test_f10.py")
+    first = rebase.cont(root, log=quiet)
+    tree = git.git(repo, "rev-parse", "HEAD^{tree}")
+    (record,) = (root / "patches" / stops.RESOLUTIONS / resolutions.STOPS).iterdir()
+    meta = json.loads((record / resolutions.STOP_META).read_text())
+    assert meta["patch"] == "[Core] F10" and (meta["from"], meta["onto"]) == ("0.0.1", "0.0.8")
+    assert meta["files"] == {
+        "tests/test_f10.py": "100644",
+        "vllm/f10.py": "100644",
+        "vllm/utils.py": "deleted",
+    }
+    assert (record / "files/tests/test_f10.py").read_text() == "from vllm.f10 import f10\n"
+    assert not (root / "patches" / stops.RESOLUTIONS / "stops" / "rr-cache").exists()
+    # Elsewhere: the old series on the pin, no records in the work tree's git folder.
+    apply.apply(root, force=True, log=quiet)
+    for cache_dir in ("rr-cache", resolutions.STOP_CACHE):
+        shutil.rmtree(git.gitdir(repo) / cache_dir, ignore_errors=True)
+    lines.clear()
+    second = rebase.start(root, "vllm==0.0.8", log=lines.append)
+    used = f"(patches/resolutions/stops/{record.name}/)"
+    assert f"rebase: step 1 resolved by a recorded resolution {used}; going on" in lines
+    assert git.git(repo, "rev-parse", "HEAD^{tree}") == tree
+    assert "[Core] F10 (recorded resolution)" in second.read_text() and second != first
+    # rerere's cache gets no stop record as one of its own.
+    assert sorted(p.name for p in (git.gitdir(repo) / "rr-cache").iterdir()) == []
+
+
+def test_a_half_written_stop_record_is_never_replayed(root, cache):
+    """A record folder without all its files (what no toolkit write leaves,
+    a hand's or a disk's) is ignored: the stop is shown."""
+    repo = series_against_rearranged(root)
+    add_release(cache, "0.0.7", REARRANGED)
+    with pytest.raises(ToolkitError):
+        rebase.start(root, "vllm==0.0.7", log=quiet)
+    key = resolutions.stop_key(repo)
+    folder = git.gitdir(repo) / resolutions.STOP_CACHE / str(key)
+    folder.mkdir(parents=True)
+    (folder / resolutions.STOP_META).write_text(json.dumps({"files": {"setup.py": "100644"}}))
+    assert resolutions.replay_stop(target.of(root), repo) is None
+    assert resolutions._index(repo)["setup.py"][0].endswith(" 1")  # untouched: still unmerged
+    rebase.abort(root, log=quiet)

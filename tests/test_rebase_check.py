@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from test_series import make_series
 
 from conftest import BASE_FILES, add_release, quiet
 from serieskit import git
 from serieskit.errors import ToolkitError
-from serieskit.series import series
+from serieskit.series import base, series
 from serieskit.upstream import rebase_check
 
 UTILS = BASE_FILES["vllm/utils.py"]
@@ -40,7 +43,7 @@ def test_each_patch_is_classified_and_nothing_changes(root, cache):
         ["3-way", "clean"],
         ["conflict", "clean"],
     ]
-    assert results[2].patches[0].files == {"vllm/utils.py": 1}
+    assert results[2].patches[0].files == {"vllm/utils.py": "1 conflict hunk(s)"}
     out = "\n".join(lines)
     assert "rebase --check vllm==0.0.4: 1 of 2 patch(es) conflict" in out
     assert "newest release the series takes without a conflict: 0.0.3" in out
@@ -71,6 +74,101 @@ def test_a_check_left_by_a_killed_one_is_removed_and_said(root, cache):
     assert not left.exists()
     assert git.git(repo, "worktree", "list").count("\n") == 1
     assert f"removed {left}, left by a check that was killed (pid 999999999)" in "\n".join(lines)
+
+
+def fresh_clone(root: Path, dest: Path) -> Path:
+    """``root``'s patch files and pin alone, as a fresh clone has them: no
+    work tree yet, so none of the blobs the patches were made from."""
+    shutil.copytree(root / "patches", dest / "patches")
+    shutil.copy(root / "pin.toml", dest / "pin.toml")
+    return dest
+
+
+def test_a_fresh_clone_gets_the_verdicts_of_an_applied_series(root, cache, tmp_path):
+    """git am --3way merges only from the blobs a patch's index lines name; the
+    check makes them itself (the pin's base and the series in a throwaway
+    index), so a fresh clone sees what a work tree after apply sees, and
+    keeps no ref or work tree of it."""
+    make_series(
+        root,
+        [
+            ("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10"),
+            ("vllm/utils.py", UTILS.replace("return 10\n", "return 1001\n"), "[Kernel] Again f10"),
+        ],
+    )
+    release(cache, "0.0.3", "return 11\n", "return 1100\n")  # in the hunks' context: 3-way
+    applied = rebase_check.check(root, ["vllm==0.0.3"], log=quiet)
+    fresh = fresh_clone(root, tmp_path / "fresh")
+    lines: list[str] = []
+    results = rebase_check.check(fresh, ["vllm==0.0.3"], log=lines.append)
+    assert [p.how for p in results[0].patches] == ["3-way", "3-way"]
+    assert results == applied
+    assert "patch does not apply" not in "\n".join(lines)
+    repo = series.work_repo(fresh)
+    refs = git.git(repo, "for-each-ref", "--format=%(refname)").split()
+    assert refs == ["refs/series/base/0.0.1", "refs/series/base/0.0.3"]
+    assert git.git(repo, "worktree", "list").count("\n") == 1
+    assert not (fresh / ".work" / "state.json").exists()
+
+
+def test_a_file_upstream_deleted_or_renamed_is_said(root, cache):
+    make_series(
+        root,
+        [("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10")],
+    )
+    gone = {k: v for k, v in BASE_FILES.items() if k != "vllm/utils.py"}
+    add_release(cache, "0.0.5", gone)
+    add_release(cache, "0.0.6", {**gone, "vllm/helpers.py": UTILS.replace("return 11", "return 1")})
+    results = rebase_check.check(root, ["vllm==0.0.5", "vllm==0.0.6"], log=quiet)
+    assert results[0].patches[0].files == {
+        "vllm/utils.py": "deleted upstream, the patch changes it"
+    }
+    # A rename git's merge finds, it follows (the patch lands in the new file);
+    # one it does not is named from the bases' rename detection.
+    assert results[1].patches[0].how == "3-way"
+    repo = series.work_repo(root)
+    old, new = base.base_ref("0.0.1"), base.base_ref("0.0.6")
+    moved = rebase_check.renamed_upstream(repo, old, new, ["vllm/utils.py", "setup.py"])
+    assert moved == {"vllm/utils.py": "vllm/helpers.py"}
+    assert (
+        rebase_check.describe({1, 3}, 0, moved["vllm/utils.py"])
+        == "renamed upstream to vllm/helpers.py, the patch changes it"
+    )
+
+
+def test_a_patch_that_does_not_apply_names_its_files(root, cache, tmp_path):
+    make_series(
+        root,
+        [("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10")],
+    )
+    # Its index line names a blob that no repository has: no 3-way merge.
+    (patch,) = (root / "patches").glob("0001-*.patch")
+    text = patch.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("index "))
+    patch.write_text(text.replace(line, "index 0123456789ab..ba9876543210 100644"))
+    release(cache, "0.0.3", "return 11\n", "return 1100\n")
+    lines: list[str] = []
+    (result,) = rebase_check.check(root, ["vllm==0.0.3"], log=lines.append)
+    assert result.patches[0].how == "conflict"
+    assert result.patches[0].files == {
+        "vllm/utils.py": "could not be merged (patch does not apply)"
+    }
+    assert "      vllm/utils.py: could not be merged (patch does not apply)" in lines
+
+
+def test_a_range_that_matches_one_release_still_names_the_newest(root, cache, monkeypatch):
+    make_series(
+        root,
+        [("vllm/utils.py", UTILS.replace("return 10\n", "return 1000\n"), "[Kernel] Change f10")],
+    )
+    release(cache, "0.0.2", "return 12\n", "return 1200\n")
+    index(monkeypatch, "0.0.1", "0.0.2")
+    lines: list[str] = []
+    rebase_check.check(root, ["vllm>0.0.1"], log=lines.append)
+    assert "rebase --check: newest release the series takes without a conflict: 0.0.2" in lines
+    lines.clear()
+    rebase_check.check(root, ["vllm==0.0.2"], log=lines.append)
+    assert not any("newest release" in line for line in lines)  # one release, its own answer
 
 
 # --- what a range or a typo says (issue 39: each says what to do next) --------------

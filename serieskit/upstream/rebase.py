@@ -8,9 +8,10 @@ the series before and after. The pin (and with it patches/) moves with
 ``--update-pin``, given with the target or alone after a finished rebase onto
 a release; a fork's ref never becomes the pin.
 
-Help at each stop (:mod:`.stops`, with ``--continue`` and ``--abort``): the
-conflict hunks per file, upstream's own change to those files between the old
-and the new base, the command for zdiff3 markers. A resolution is made once:
+Help at each stop (:mod:`.stops`, with ``--continue`` and ``--abort``): each
+unresolved file in words (its conflict hunks, or deleted / renamed / added on
+a side), upstream's own change to those files between the old and the new
+base, the commands that resolve each. A resolution is made once:
 ``git rerere`` records it during the rebase, and the records are kept with
 the series in ``patches/resolutions/`` (loaded into the work tree before
 every rebase, saved after), so the same conflict on the next rebase, or on

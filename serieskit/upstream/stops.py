@@ -8,23 +8,32 @@ so that one killed inside a step is told from one stopped at a conflict.
 ``--abort`` drops nothing: what the work tree holds is stashed, the commits
 already moved are kept under a backup ref.
 
-A resolution is made once: rerere records it, and the records are kept
-with the series in ``patches/resolutions/`` (:func:`load_resolutions` before
-a rebase, :func:`save_resolutions` after).
+A resolution is made once: rerere records the text hunks, and
+``--continue`` the whole stop; the same stop replays them
+(:mod:`.resolutions`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from serieskit import files, git
+from serieskit import git
 from serieskit.errors import ToolkitError
 from serieskit.series import base, safety, series, target
 from serieskit.series.target import Target
 from serieskit.state import RebaseState, State
 from serieskit.upstream import rebase_check
+from serieskit.upstream.resolutions import (
+    RESOLUTIONS,
+    load_resolutions,
+    record_stop,
+    replay_stop,
+    save_resolutions,
+    snapshot,
+)
 
-RESOLUTIONS = "resolutions"  # under patches/: git rerere's records of the series
+__all__ = ["RESOLUTIONS", "load_resolutions", "save_resolutions"]  # for rebase and carry
+
 # rerere on for the rebase's own git calls only (git.STABLE_CONFIG turns it off);
 # autoUpdate stages what a recorded resolution resolved.
 RERERE = ("-c", "rerere.enabled=true", "-c", "rerere.autoUpdate=true")
@@ -105,6 +114,7 @@ def cont(where: Path | Target, finish, log=print):
             f"`{session} --continue`"
         )
     stopped = progress(repo)
+    record_stop(t, repo)
     proc = run_git(t, "--continue")
     return run_to_stop(t, proc, finish, log, resolving=stopped)
 
@@ -239,7 +249,10 @@ def run_to_stop(at: Path | Target, proc, finish, log, resolving=None):
         output = (proc.stdout or b"") + (proc.stderr or b"")
         if not unresolved and b"using previous resolution" not in output:
             raise ToolkitError(_refused(t, where, proc))
-        if unresolved or where == last:
+        if where == last:
+            break
+        record = replay_stop(t, repo)
+        if unresolved and record is None:
             break
         last = where
         state = State.load(t)
@@ -248,9 +261,10 @@ def run_to_stop(at: Path | Target, proc, finish, log, resolving=None):
             state.save(t)
         log(
             f"{_kind(state)}: step {where[0] if where else '?'} resolved by a recorded "
-            f"resolution ({t.patches_label}/{RESOLUTIONS}/); going on"
+            f"resolution ({t.patches_label}/{RESOLUTIONS}/{record or ''}); going on"
         )
         proc = run_git(t, "--continue")
+    snapshot(repo, output)
     for line in conflict_lines(t):
         log(line)
     raise ToolkitError(f"{_kind(State.load(t))} stopped at a conflict; nothing is lost (see above)")
@@ -283,47 +297,6 @@ def _kind(state: State) -> str:
     return state.rebase.kind if state.rebase else "rebase"
 
 
-def load_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """The target's resolutions/ into the work tree's rr-cache (git rerere's records)."""
-    t = target.of(where)
-    src = t.patches / RESOLUTIONS
-    if not src.is_dir():
-        return
-    dest = git.gitdir(repo) / "rr-cache"
-    n = 0
-    for entry in sorted(p for p in src.iterdir() if p.is_dir()):
-        if not (dest / entry.name).exists():
-            dest.mkdir(parents=True, exist_ok=True)
-            files.write_dir(
-                dest / entry.name, {f.name: f.read_bytes() for f in entry.iterdir() if f.is_file()}
-            )
-            n += 1
-    if n:
-        log(f"{n} recorded resolution(s) from {t.patches_label}/{RESOLUTIONS}/ loaded")
-
-
-def save_resolutions(where: Path | Target, repo: Path, log=print) -> None:
-    """Keep every resolution rerere recorded (preimage + postimage) with the series."""
-    t = target.of(where)
-    cache = git.gitdir(repo) / "rr-cache"
-    dest = t.patches / RESOLUTIONS
-    new = []
-    for entry in sorted(cache.iterdir()) if cache.is_dir() else []:
-        if (entry / "postimage").exists() and not (dest / entry.name).exists():
-            dest.mkdir(parents=True, exist_ok=True)
-            # Whole or not at all: a kill never leaves a record without its postimage.
-            files.write_dir(
-                dest / entry.name,
-                {name: (entry / name).read_bytes() for name in ("preimage", "postimage")},
-            )
-            new.append(entry.name)
-    if new:
-        log(
-            f"{len(new)} resolution(s) recorded in {t.patches_label}/{RESOLUTIONS}/ "
-            "(commit them with the series: the next run reuses them)"
-        )
-
-
 def progress(repo: Path) -> tuple[int, int, str] | None:
     """(patch number, of how many, its subject) where a rebase is stopped."""
     merge = git.gitdir(repo) / "rebase-merge"
@@ -350,7 +323,10 @@ def conflict_lines(at: Path | Target) -> list[str]:
     where = progress(repo)
     done, total, subject = where or (0, 0, "?")
     patch = _patch_file(t, subject)
-    files = git.git(repo, "diff", "--name-only", "--diff-filter=U").split()
+    stages = rebase_check.unmerged(repo)
+    files = sorted(stages)
+    what = rebase_check.describe_unmerged(repo, stages, rb.old_base, rb.onto)
+    listed = [f"{f} ({what[f]})" for f in files] or ["(none unresolved; see git status)"]
     lines = [
         (
             f"carry: the pin's changes onto the port to {t.version}, "
@@ -359,15 +335,12 @@ def conflict_lines(at: Path | Target) -> list[str]:
             else f"rebase: onto {rb.target}, stopped at patch {done}/{total}:"
         ),
         f"  patch:  {subject}" + (f" ({t.patches_label}/{patch})" if patch else ""),
-        "  files:  "
-        + (
-            ", ".join(
-                f"{f} ({rebase_check.conflict_hunks(repo / f)} conflict hunk(s))" for f in files
-            )
-            if files
-            else "(none unresolved; see git status)"
-        ),
+        "  files:  " + listed[0],
+        *(f"          {f}" for f in listed[1:]),
     ]
+    # Text conflicts have all three stages; only those can be checked out again
+    # with other markers.
+    text = [f for f in files if stages[f] == {1, 2, 3}]
     if files:
         stat = git.git(repo, "diff", "--stat=100", rb.old_base, rb.onto, "--", *files)
         lines.append(f"  upstream changed them from {rb.old_label} to {rb.target}:")
@@ -377,22 +350,62 @@ def conflict_lines(at: Path | Target) -> list[str]:
             f"-- {' '.join(files)}`"
         )
         lines += added_beside(repo, rb.old_base, rb.onto, files + patch_added_files(repo))
+    if text:
         lines.append(
             f"  three-way markers (base in the middle): `git -C {repo} checkout "
-            f"--conflict=zdiff3 -- {' '.join(files)}`"
+            f"--conflict=zdiff3 -- {' '.join(text)}`"
         )
+    for f in files:
+        if f not in text:
+            lines += _ways(repo, f, stages[f], what[f])
     if carry:
         lines.append(
             f"  the pin's change being carried: `git -C {repo} show "
             "REBASE_HEAD` (its interdiff since it was last carried)"
         )
+    edit = (
+        f"edit {', '.join(text)}, `git -C {repo} add -- {' '.join(text)}`"
+        if text
+        else "one of the ways above for each file"
+    )
     lines += [
-        f"  to resolve: edit the files in {repo}, `git -C {repo} add <files>`, then "
-        f"`nox -s {session} --continue` (the resolution is recorded for next time)",
+        f"  to resolve: {edit}, then `nox -s {session} --continue` (the whole resolution, "
+        "other files you change included, is recorded for next time)",
         f"  to give up: `nox -s {session} --abort` (back to "
         f"{rb.old_head[:12]}; patches already moved are kept under a backup ref)",
     ]
     return lines
+
+
+def _ways(repo: Path, f: str, stages: set[int], what: str) -> list[str]:
+    """The commands that resolve a file without a text conflict (deleted or
+    added on one side). In a rebase ``--ours`` is the new base (upstream's
+    side) and ``--theirs`` the patch."""
+    g = f"git -C {repo}"
+    keep_patch = f"`{g} add -- {f}`"
+    drop = f"`{g} rm -q -- {f}`"
+    if stages == {1, 3}:
+        port = " (where upstream moved it)" if what.startswith("renamed") else ""
+        return [
+            f"  {f}: {what}:",
+            f"    what the patch did there: `{g} show REBASE_HEAD -- {f}`: port it to where "
+            f"the code went{port}",
+            f"    drop the patch's change: {drop}; keep the file as the patch has it: {keep_patch}",
+        ]
+    if stages == {1, 2}:
+        return [
+            f"  {f}: {what}:",
+            f"    keep the deletion: {drop}; keep upstream's version: `{g} checkout --ours "
+            f"-- {f}` (in a rebase, ours is upstream's side), then `{g} add -- {f}`",
+            f"    what the patch did there: `{g} show REBASE_HEAD -- {f}`",
+        ]
+    if stages == {2, 3}:
+        return [
+            f"  {f}: {what}:",
+            f"    edit the markers, or take upstream's `{g} checkout --ours -- {f}` or the "
+            f"patch's `{g} checkout --theirs -- {f}`; then `{g} add -- {f}`",
+        ]
+    return [f"  {f}: {what}: keep it: `{g} add -- {f}`; drop it: {drop}"]
 
 
 # How many of upstream's new files beside the conflicted ones a stop names.
