@@ -109,13 +109,27 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
 def cmd_test(args: argparse.Namespace, t: Target) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise ToolkitError(f"test --jobs takes a number of at least 1, not {args.jobs}")
+    if args.what and (args.record_upstream_baseline or args.coverage):
+        option = "--coverage" if args.coverage else "--record-upstream-baseline"
+        raise ToolkitError(
+            f"test {option} is of the whole series (the baseline, the pull requests' "
+            f"coverage): run `{t.cmd('test', option)}` without {' '.join(args.what)}"
+        )
     tree = series.applied_tree(t)
     jobs = args.jobs or runner.default_jobs()
     if args.record_upstream_baseline:
         upstream_tests.record_baseline(t, tree, jobs)
         return
     outcomes: list[runner.Outcome] = []
-    if not args.upstream_only:
+    # Before anything runs: a name that is neither a patch nor a test file is an error.
+    chosen, said, patches = runner.select_tests(t, tree, args.what) if args.what else ([], [], [])
+    if args.what and not args.upstream_only:
+        print("\n".join(said))
+        # A folder of their own: the whole run's results (test-results/*.xml
+        # and the series they ran on) are what the pr session reads.
+        out = t.out("test-results") / "chosen"
+        outcomes = runner.run_all(tree, chosen, out, jobs=jobs, pycache=t.out("pycache"))
+    elif not args.upstream_only:
         slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
         rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
         outcomes = runner.run_all(
@@ -140,7 +154,8 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     # upstream's CPU tests of the touched files, on the series, against the
     # base's recorded outcomes
     wanted = args.upstream or args.upstream_only
-    regressions = upstream_tests.upstream(t, tree, jobs) if wanted else []
+    only = patches if args.what else None
+    regressions = upstream_tests.upstream(t, tree, jobs, patches=only) if wanted else []
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
@@ -306,6 +321,14 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
     ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
+    ts.add_argument(
+        "what",
+        nargs="*",
+        metavar="PATCH-OR-FILE",
+        help="only these: a patch by number (4, 0004), file name or manifest name (its "
+        "manifest tests and the test files its commit adds or changes), or a test file of "
+        "the work tree (tests/...py); with --upstream, upstream's tests of those patches",
+    )
     which = ts.add_mutually_exclusive_group()
     which.add_argument(
         "--upstream",
