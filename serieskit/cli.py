@@ -497,6 +497,31 @@ def run(argv: list[str], root: Path = ROOT) -> int:
     return 0
 
 
+def find_root(start: Path) -> Path | None:
+    """The toolkit checkout that ``start`` is in: the nearest folder at or
+    above it that holds pin.toml and patches/series."""
+    for folder in [start, *start.parents]:
+        if (folder / "pin.toml").is_file() and (folder / "patches" / "series").is_file():
+            return folder
+    return None
+
+
+def main(argv: list[str], cwd: Path | None = None) -> int:
+    """``python -m serieskit``: the checkout this package belongs to, from
+    any folder in it (.work/vllm included). From inside another checkout it
+    refuses rather than act on this one's work tree with that one's patches
+    in mind (or the other way round)."""
+    here = (cwd or Path.cwd()).resolve()
+    found = find_root(here)
+    if found is not None and found != ROOT.resolve():
+        return _error(
+            f"{here} is in the checkout {found}, but this python -m serieskit is {ROOT}'s: "
+            f"run that checkout's own from its root: cd {found} && python3 -m serieskit "
+            + " ".join(argv)
+        )
+    return run(argv, ROOT)
+
+
 # What Ctrl-C prints: every command takes up again where it was stopped.
 INTERRUPTED = (
     "interrupted: run the same command again to go on (a stopped rebase or "
