@@ -227,10 +227,32 @@ def test(session: nox.Session) -> None:
     against patches/upstream-baseline.json, as CI does; --record-upstream-baseline;
     --jobs N; --port V; --coverage: a report per machine for the pr session)."""
     shared = _InTorchEnv(session)
-    requirements = series.test_requirements(_target(session))
-    tools = [TOOLKIT, PYTEST, runner.COVERAGE]
-    _install(shared, "the series' test requirements", tools + requirements, large=True)
+    requirements = [TOOLKIT, PYTEST, runner.COVERAGE, *series.test_requirements(_target(session))]
+    # pip takes seconds to find vLLM's requirements all present, longer than a
+    # quick file's tests (nox -s test -- 0004): it runs only when they changed.
+    stamp = Path(shared.bin).parent / "series-test-requirements.txt"
+    if not stamp.is_file() or stamp.read_text() != _requirements_text(requirements):
+        _install(shared, "the series' test requirements", requirements, large=True)
+        stamp.write_text(_requirements_text(requirements))
     shared.run("python", "-m", "serieskit", "test", *session.posargs)
+
+
+def _requirements_text(requirements: list[str]) -> str:
+    """The requirements as pip reads them: the lines of each ``-r`` file (and
+    of the files those name) in place of its name."""
+    lines: list[str] = []
+    for before, item in zip(["", *requirements], requirements, strict=False):
+        if before == "-r":
+            path = Path(item)
+            for line in path.read_text().splitlines() if path.is_file() else []:
+                words = line.split("#", 1)[0].split()
+                if words[:1] == ["-r"] and len(words) > 1:
+                    lines += _requirements_text(["-r", str(path.parent / words[1])]).splitlines()
+                else:
+                    lines.append(line)
+        elif item != "-r":
+            lines.append(item)
+    return "\n".join(lines) + "\n"
 
 
 @nox.session(venv_backend="none", requires=["torch_env"])

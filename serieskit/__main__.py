@@ -2,6 +2,6 @@
 
 import sys
 
-from serieskit.cli import run
+from serieskit.cli import main
 
-sys.exit(run(sys.argv[1:]))
+sys.exit(main(sys.argv[1:]))

@@ -117,13 +117,27 @@ def cmd_build(args: argparse.Namespace, t: Target) -> None:
 def cmd_test(args: argparse.Namespace, t: Target) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise ToolkitError(f"test --jobs takes a number of at least 1, not {args.jobs}")
+    if args.what and (args.record_upstream_baseline or args.coverage):
+        option = "--coverage" if args.coverage else "--record-upstream-baseline"
+        raise ToolkitError(
+            f"test {option} is of the whole series (the baseline, the pull requests' "
+            f"coverage): run `{t.cmd('test', option)}` without {' '.join(args.what)}"
+        )
     tree = series.applied_tree(t)
     jobs = args.jobs or runner.default_jobs()
     if args.record_upstream_baseline:
         upstream_tests.record_baseline(t, tree, jobs)
         return
     outcomes: list[runner.Outcome] = []
-    if not args.upstream_only:
+    # Before anything runs: a name that is neither a patch nor a test file is an error.
+    chosen, said, patches = runner.select_tests(t, tree, args.what) if args.what else ([], [], [])
+    if args.what and not args.upstream_only:
+        print("\n".join(said))
+        # A folder of their own: the whole run's results (test-results/*.xml
+        # and the series they ran on) are what the pr session reads.
+        out = t.out("test-results") / "chosen"
+        outcomes = runner.run_all(tree, chosen, out, jobs=jobs, pycache=t.out("pycache"))
+    elif not args.upstream_only:
         slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
         rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
         outcomes = runner.run_all(
@@ -148,7 +162,8 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     # upstream's CPU tests of the touched files, on the series, against the
     # base's recorded outcomes
     wanted = args.upstream or args.upstream_only
-    regressions = upstream_tests.upstream(t, tree, jobs) if wanted else []
+    only = patches if args.what else None
+    regressions = upstream_tests.upstream(t, tree, jobs, patches=only) if wanted else []
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
 
@@ -314,6 +329,14 @@ def _parser() -> argparse.ArgumentParser:
     bd.add_argument("--out", type=Path, help="build folder (default: .work/build)")
     bd.add_argument("--report", type=Path, help="JSON report (default: OUT/report.json)")
     ts = command("test", cmd_test, "run the series' test files, one process each", port=True)
+    ts.add_argument(
+        "what",
+        nargs="*",
+        metavar="PATCH-OR-FILE",
+        help="only these: a patch by number (4, 0004), file name or manifest name (its "
+        "manifest tests and the test files its commit adds or changes), or a test file of "
+        "the work tree (tests/...py); with --upstream, upstream's tests of those patches",
+    )
     which = ts.add_mutually_exclusive_group()
     which.add_argument(
         "--upstream",
@@ -480,6 +503,31 @@ def run(argv: list[str], root: Path = ROOT) -> int:
     except KeyboardInterrupt:
         return _error(INTERRUPTED, 130)
     return 0
+
+
+def find_root(start: Path) -> Path | None:
+    """The toolkit checkout that ``start`` is in: the nearest folder at or
+    above it that holds pin.toml and patches/series."""
+    for folder in [start, *start.parents]:
+        if (folder / "pin.toml").is_file() and (folder / "patches" / "series").is_file():
+            return folder
+    return None
+
+
+def main(argv: list[str], cwd: Path | None = None) -> int:
+    """``python -m serieskit``: the checkout this package belongs to, from
+    any folder in it (.work/vllm included). From inside another checkout it
+    refuses rather than act on this one's work tree with that one's patches
+    in mind (or the other way round)."""
+    here = (cwd or Path.cwd()).resolve()
+    found = find_root(here)
+    if found is not None and found != ROOT.resolve():
+        return _error(
+            f"{here} is in the checkout {found}, but this python -m serieskit is {ROOT}'s: "
+            f"run that checkout's own from its root: cd {found} && python3 -m serieskit "
+            + " ".join(argv)
+        )
+    return run(argv, ROOT)
 
 
 # What Ctrl-C prints: every command takes up again where it was stopped.

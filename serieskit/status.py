@@ -19,8 +19,15 @@ from serieskit.upstream import carry_record, rebase, stops
 
 
 def status(where: Path | Target, log=print) -> dict:
-    """Print and return how the work tree relates to its base and patch folder."""
+    """Print and return how the work tree relates to its base and patch folder,
+    and what of the patch folder this repository has not committed."""
     t = target.of(where)
+    info = _status(t, log)
+    _unpublished(t, info, log)
+    return info
+
+
+def _status(t: Target, log) -> dict:
     pin = base.Pin(t.version, t.sha256, t.commit)
     repo = t.work
     names = series.read_series(t)
@@ -321,8 +328,38 @@ def _uncommitted(repo: Path, info: dict, log) -> None:
     dirty = git.dirty_files(repo)
     info["uncommitted"] = dirty
     if dirty:
-        log(f"uncommitted: {len(dirty)} file(s)")
+        log(f"uncommitted: {len(dirty)} file(s) in the work tree")
         for line in dirty[:20]:
             log(f"  {line}")
     else:
-        log("uncommitted: none")
+        log("uncommitted: none in the work tree")
+
+
+# The toolkit's own files that an export, a rebase --update-pin or a carry
+# write: others apply what this repository has committed of them.
+PUBLISHED = ("pin.toml",)
+SHOWN = 10
+
+
+def _unpublished(t: Target, info: dict, log) -> None:
+    """The patch folder's and pin.toml's changes not committed in this
+    repository (not the work tree), with the command that commits them."""
+    paths = [t.patches_label, *PUBLISHED]
+    proc = git.run(t.root, "status", "--porcelain=v1", "--untracked-files=all", "--", *paths)
+    if proc.returncode != 0:  # not a git checkout (a copy, an unpacked archive): nothing to commit
+        return
+    lines = [line for line in proc.stdout.decode(errors="replace").splitlines() if line.strip()]
+    info["unpublished"] = lines
+    if not lines:
+        return
+    changed = [line[3:].split(" -> ")[-1] for line in lines]
+    add = [p for p in (f"{t.patches_label}/", *PUBLISHED) if any(c.startswith(p) for c in changed)]
+    log(
+        f"to commit: {len(lines)} change(s) to {' and '.join(add)} not committed in this "
+        f"repository ({t.root}): others apply what it has committed; "
+        f"`git add {' '.join(add)} && git commit`"
+    )
+    for line in lines[:SHOWN]:
+        log(f"  {line}")
+    if len(lines) > SHOWN:
+        log(f"  ... and {len(lines) - SHOWN} more (`git status -- {' '.join(paths)}`)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,9 @@ from pathlib import Path
 import pytest
 from test_faults import TWO_CONFLICTS, cli_caller, make_series, rev
 
-from conftest import add_release
+from conftest import add_release, make_root
 from serieskit import cli
+from serieskit.series import apply
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -244,3 +247,86 @@ def test_nox_runs_the_next_session_after_a_bad_argument(tmp_path):
     assert "Running session status" in out and "Running session apply" in out, out
     assert out.count("unrecognized arguments: --bogus") == 2, out
     assert "uv binary not found" not in out  # nox's look for a backend no session uses
+
+
+# --- from outside the repository root ------------------------------------------
+
+
+def test_the_root_is_found_by_walking_up(root):
+    deep = root / ".work" / "vllm" / "vllm" / "config"
+    deep.mkdir(parents=True)
+    assert cli.find_root(deep) == root
+    assert cli.find_root(root) == root
+    assert cli.find_root(root.parent) is None
+
+
+def _checkout(root: Path) -> Path:
+    """``root`` with this toolkit's package, its recipes and noxfile copied in:
+    a checkout of its own."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "serieskit", root / "serieskit", ignore=skip)
+    shutil.copytree(REPO / "build", root / "build")
+    shutil.copy(REPO / "noxfile.py", root / "noxfile.py")
+    return root
+
+
+def test_from_a_subdirectory_serieskit_acts_on_its_checkout_or_names_the_root(
+    root, tmp_path, cache
+):
+    """`python -m serieskit` from inside .work/vllm (where Python finds it
+    through PYTHONPATH: it looks in the current folder first) acts on the
+    checkout it belongs to; from inside another checkout it refuses, naming
+    that checkout's root."""
+    apply.apply(_checkout(root).resolve(), log=lambda *a: None)
+    work = (root / ".work" / "vllm").resolve()
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "serieskit", "status"],
+        cwd=work / "vllm",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"work tree: {work} on the pin's base" in proc.stdout, proc.stdout
+    other = make_root(tmp_path / "other", cache).resolve()
+    proc = subprocess.run(
+        [sys.executable, "-m", "serieskit", "status"],
+        cwd=other / "patches",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = one_error_line(proc.returncode, proc.stdout, proc.stderr)
+    assert f"is in the checkout {other}, but this python -m serieskit is {root}'s" in line
+    assert line.endswith(f"cd {other} && python3 -m serieskit status"), line
+
+
+def test_nox_dash_f_takes_the_root_from_the_noxfile_not_the_current_folder(root, tmp_path, cache):
+    """Nox looks for noxfile.py in the current folder only (from .work/vllm:
+    "Failed to load Noxfile"); `nox -f ROOT/noxfile.py` works from anywhere,
+    on ROOT's checkout, even from inside another one."""
+    pytest.importorskip("nox")
+    _checkout(root)
+    other = make_root(tmp_path / "other", cache)
+    inside = root / ".work" / "vllm"
+    inside.mkdir(parents=True)
+
+    def nox(*args: str, cwd: Path) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "nox", *args, "-s", "status"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return f"rc={proc.returncode}\n{proc.stdout}{proc.stderr}"
+
+    out = nox("-f", str(root / "noxfile.py"), cwd=other / "patches")
+    assert out.startswith("rc=0\n") and "Session status was successful" in out, out
+    assert f"work tree: {root.resolve() / '.work' / 'vllm'} is not a git repository" in out, out
+    out = nox(cwd=inside)
+    assert out.startswith("rc=2\n"), out
+    assert f"Failed to load Noxfile {inside.resolve() / 'noxfile.py'}, no such file exists" in out

@@ -461,6 +461,22 @@ def test_the_test_session_says_what_it_installs_and_that_it_takes_minutes(
     assert run == (f"{env_bin}/python", "-m", "serieskit", "test")
     assert session.kws[0]["silent"] is False  # pip's own lines are the progress
     assert session.kws[1]["env"]["VIRTUAL_ENV"] == str(Path(env_bin).parent)
+    # Then pip runs only when the requirements (the -r files' lines included)
+    # changed: `nox -s test -- 0004` goes straight to its files.
+    session = CiSession(["0004"])
+    noxfile.test(session)
+    assert session.logged == [], session.logged
+    assert session.ran == [(f"{env_bin}/python", "-m", "serieskit", "test", "0004")]
+    listed = tmp_path / "requirements" / "common.txt"
+    listed.parent.mkdir()
+    listed.write_text("regex\n-r more.txt\n")
+    (listed.parent / "more.txt").write_text("cachetools\n")
+    requirements[2] = str(listed)
+    for nested, pip in (("cachetools\n", True), ("cachetools\n", False), ("cachetools==9\n", True)):
+        (listed.parent / "more.txt").write_text(nested)
+        session = CiSession([])
+        noxfile.test(session)
+        assert len(session.ran) == (2 if pip else 1), (nested, session.ran)
 
 
 def test_the_toolkit_tests_leave_only_failed_tests_folders():

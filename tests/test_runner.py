@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import quiet
+from serieskit import cli, git
 from serieskit.checks import runner, upstream_tests
 from serieskit.errors import ToolkitError
-from serieskit.series import target
+from serieskit.series import apply, export, series, target
 
 PASSING = """
 import pytest
@@ -391,3 +393,132 @@ def test_a_file_cut_short_by_the_timeout_keeps_what_it_printed(tmp_path):
     # test_quick's progress mark (the log was empty: pytest's block-buffered
     # output, and the bytes the timeout leaves, were dropped).
     assert Path(outcome.log).read_text().lstrip().startswith(".")
+
+
+# --- nox -s test -- PATCH-OR-FILE: which files a name gives --------------------
+
+AUTHOR = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com"}
+ENTRY = 'seed = "1"\nsummary = "x"\nconfig = []\n'
+
+
+def _commit(repo: Path, files: dict[str, str], subject: str, name: str | None) -> None:
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+        git.git(repo, "add", path)
+    trailer = ["-m", f"{series.NAME_TRAILER}: {name}"] if name else []
+    git.git(repo, "commit", "-q", "-m", subject, "-m", "Why: a test.", *trailer, env=AUTHOR)
+
+
+@pytest.fixture
+def named_series(root):
+    """Three named patches: alpha adds a test file its manifest lists; beta
+    lists one and changes alpha's (and a helper, no test file); gamma has none."""
+    apply.apply(root, log=quiet)
+    repo = series.work_repo(root)
+    ok = "def test_ok():\n    assert True\n"
+    _commit(repo, {"vllm/a.py": "A = 1\n", "tests/test_alpha.py": ok}, "[Core] Alpha", "alpha")
+    _commit(
+        repo,
+        {
+            "vllm/b.py": "B = 1\n",
+            "tests/test_beta.py": ok,
+            "tests/test_alpha.py": ok + "\n\ndef test_more():\n    pass\n",
+            "tests/helpers.py": "H = 1\n",
+        },
+        "[Core] Beta",
+        "beta",
+    )
+    _commit(repo, {"vllm/c.py": "C = 1\n"}, "[Misc] Gamma", "gamma")
+    (root / "patches" / "manifest.toml").write_text(
+        f'[[patch]]\nname = "alpha"\n{ENTRY}tests = ["tests/test_alpha.py"]\n'
+        f'[[patch]]\nname = "beta"\n{ENTRY}tests = ["tests/test_beta.py"]\n'
+        f'[[patch]]\nname = "gamma"\n{ENTRY}tests = []\n'
+    )
+    export.export(root, log=quiet)
+    return repo
+
+
+def test_a_patch_is_named_by_number_file_or_manifest_name(root, named_series):
+    beta = "0002-Core-Beta.patch"
+    for name in ("2", "0002", "beta", beta, f"patches/{beta}"):
+        files, said, patches = runner.select_tests(root, named_series, [name])
+        # Its manifest's tests, then the test files its commit adds or changes.
+        assert files == ["tests/test_beta.py", "tests/test_alpha.py"], name
+        assert said == [
+            "test: 2 file(s) of 0002 beta: tests/test_beta.py (manifest), "
+            "tests/test_alpha.py (its commit)"
+        ]
+        assert patches == ["beta"]
+    files, _, patches = runner.select_tests(root, named_series, ["1", "beta", "alpha"])
+    assert files == ["tests/test_alpha.py", "tests/test_beta.py"]  # each once
+    assert patches == ["alpha", "beta"]
+
+
+def test_a_test_file_is_named_as_in_the_tree_from_the_root_or_absolute(root, named_series):
+    for name in (
+        "tests/test_beta.py",
+        ".work/vllm/tests/test_beta.py",
+        str(named_series / "tests/test_beta.py"),
+    ):
+        files, said, patches = runner.select_tests(root, named_series, [name])
+        assert (files, said, patches) == (
+            ["tests/test_beta.py"],
+            ["test: tests/test_beta.py (named)"],
+            [],
+        )
+
+
+def test_an_unknown_name_lists_what_is_accepted(root, named_series):
+    accepted = (
+        r"name a patch by number \(1 to 3\), file name or manifest name \(alpha, beta, gamma\)"
+    )
+    for name in ("delta", "4", "0004-Core-Delta.patch"):
+        with pytest.raises(ToolkitError, match=f"no patch or test file '{name}': {accepted}"):
+            runner.select_tests(root, named_series, ["1", name])
+    with pytest.raises(ToolkitError, match=f"tests/test_nope.py is not a file of .*: {accepted}"):
+        runner.select_tests(root, named_series, ["tests/test_nope.py"])
+    with pytest.raises(ToolkitError, match="0003 gamma has no test files .*manifest.toml"):
+        runner.select_tests(root, named_series, ["gamma"])
+
+
+def test_upstream_tests_of_the_named_patches_only(root, named_series):
+    lines: list[str] = []
+    assert upstream_tests.upstream(root, named_series, patches=["beta"], log=lines.append) == []
+    assert lines == ["upstream: beta: no upstream_tests listed"]
+
+
+def test_a_fixup_not_folded_in_yet_counts_as_its_patch(root, named_series):
+    """Edit, commit --fixup, test before the autosquash: the fixup's test file runs."""
+    _commit(
+        named_series,
+        {"tests/test_gamma.py": "def test_g():\n    pass\n"},
+        "fixup! [Misc] Gamma",
+        None,
+    )
+    files, said, _ = runner.select_tests(root, named_series, ["3"])
+    assert files == ["tests/test_gamma.py"]
+    assert said == ["test: 1 file(s) of 0003 gamma: tests/test_gamma.py (its commit)"]
+
+
+def test_the_test_command_runs_only_the_named_files(root, named_series, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "default_jobs", lambda: 2)
+    assert cli.run(["test", "alpha"], root) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "test: 1 file(s) of 0001 alpha: tests/test_alpha.py (manifest)\n"
+        "test 1/1: tests/test_alpha.py\n"
+    ), out
+    assert out.rstrip().endswith("2 passed, 0 failed, 0 skipped"), out
+    results = root / ".work" / "test-results"
+    # Apart from the whole run's results, which the pr session reads.
+    assert sorted(p.name for p in (results / "chosen").glob("*.xml")) == [
+        "tests__test_alpha.py.xml"
+    ]
+    assert not list(results.glob("*.xml")) and not (results / runner.RAN).exists()
+    assert cli.run(["test", "nope"], root) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: test: no patch or test file 'nope': ") and err.count("\n") == 1
+    # The whole-series options take no names.
+    assert cli.run(["test", "alpha", "--coverage"], root) == 1
+    assert "run `nox -s test -- --coverage` without alpha" in capsys.readouterr().err

@@ -283,3 +283,49 @@ def test_series_naming_a_missing_file_is_an_error(root):
     (root / "patches" / "series").write_text("0001-missing.patch\n")
     with pytest.raises(ToolkitError, match="names 0001-missing.patch, which does not exist"):
         apply.apply(root, log=quiet)
+
+
+def test_status_reminds_to_commit_what_export_wrote(root):
+    """After an export, patches/ (and pin.toml) differ from what this
+    repository has committed: status says so, with the command."""
+    repo = make_series(root)
+    lines: list[str] = []
+    info = status.status(root, log=lines.append)
+    assert "unpublished" not in info  # no git repository here: nothing to commit
+    assert not any(x.startswith("to commit:") for x in lines)
+    ident = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com"}
+    git.git(root, "init", "-q")
+    (root / ".gitignore").write_text(".work/\n")
+    git.git(root, "add", "-A")
+    git.git(root, "commit", "-q", "-m", "The series", env=ident)
+    lines = []
+    assert status.status(root, log=lines.append)["unpublished"] == []
+    assert not any(x.startswith("to commit:") for x in lines)
+    commit_file(repo, "vllm/x.py", "X = 1\n", "[Misc] Local experiment")
+    export.export(root, log=quiet)
+    lines = []
+    info = status.status(root, log=lines.append)
+    assert "patches:   the work tree matches patches/" in lines
+    assert info["unpublished"] == [
+        " M patches/series",
+        "?? patches/0003-Misc-Local-experiment.patch",
+    ]
+    at = lines.index(next(x for x in lines if x.startswith("to commit:")))
+    assert lines[at] == (
+        f"to commit: 2 change(s) to patches/ not committed in this repository ({root}): "
+        "others apply what it has committed; `git add patches/ && git commit`"
+    )
+    assert lines[at + 1 :] == [
+        "   M patches/series",
+        "  ?? patches/0003-Misc-Local-experiment.patch",
+    ]
+    # pin.toml too; a long list is cut, with the command that shows it whole.
+    (root / "pin.toml").write_text((root / "pin.toml").read_text() + "# moved\n")
+    for i in range(12):
+        (root / "patches" / f"note{i:02}.txt").write_text("x\n")
+    lines = []
+    status.status(root, log=lines.append)
+    at = lines.index(next(x for x in lines if x.startswith("to commit:")))
+    assert lines[at].endswith("`git add patches/ pin.toml && git commit`")
+    assert len(lines[at + 1 :]) == 11
+    assert lines[-1] == "  ... and 5 more (`git status -- patches pin.toml`)"

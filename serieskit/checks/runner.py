@@ -10,7 +10,9 @@ process, leaks CUDA state or initialises torch.distributed cannot affect the
 next. On a machine without a GPU several files run at once (a process per
 core); their lines and the summary keep the files' order. Each file writes
 JUnit XML; the summary gives per file ``N passed, N failed, N skipped`` and
-the skip reasons.
+the skip reasons. ``nox -s test -- PATCH-OR-FILE`` runs only the files those
+names give (:func:`select_tests`): a patch's manifest tests and the test
+files its commit adds or changes.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from serieskit import results
+from serieskit import git, results
 from serieskit.errors import ToolkitError
+from serieskit.series import series, target
+from serieskit.series.target import Target
+from serieskit.state import State
 
 # Beside the JUnit files: the series they ran on (results.series_block), so
 # that a pull request's body says which revision its CPU counts are of.
@@ -254,6 +259,9 @@ def run_all(
     if not tests:
         log("test: the series has no test files yet (patches/manifest.toml lists none)")
         return []
+    # No more at once than there are files: one file alone keeps every core
+    # for torch's threads (thread_env).
+    jobs = min(jobs, len(tests))
     if jobs > 1:
         kw["env"] = {**thread_env(jobs), **(kw.get("env") or {})}
     outcomes = run_in_order(tree, tests, out_dir, jobs, kw, "test", log)
@@ -276,6 +284,119 @@ def summary(outcomes: list[Outcome]) -> str:
     tot[1] += sum(o.errors for o in outcomes)
     lines.append(f"{tot[0]} passed, {tot[1]} failed, {tot[2]} skipped")
     return "\n".join(lines)
+
+
+# -- the files a name gives: nox -s test -- PATCH-OR-FILE ------------------------
+
+
+def is_test_file(path: str) -> bool:
+    """pytest's default: tests/**/test_*.py or *_test.py."""
+    name = PurePosixPath(path).name
+    return path.startswith("tests/") and (
+        (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+    )
+
+
+def find_patch(where: Path | Target, arg: str) -> tuple[str, str | None] | None:
+    """(file, Patch-Name) of the patch ``arg`` names: its number ("4", "0004"),
+    its file name (with or without the patch folder) or its manifest name."""
+    t = target.of(where)
+    names = series.read_series(t)
+    file = None
+    if arg.isdigit():
+        file = next((n for n in names if n.startswith(f"{int(arg):04d}-")), None)
+    elif arg.endswith(".patch"):
+        file = next((n for n in names if n == PurePosixPath(arg).name), None)
+    if file is not None:
+        return file, series.read_patch(t.patches / file).name
+    return next(((n, arg) for n in names if series.read_patch(t.patches / n).name == arg), None)
+
+
+def patch_commit_tests(tree: Path, base_commit: str, patch: series.PatchFile) -> list[str]:
+    """The test files that the patch's commit in ``tree`` (found by its
+    Patch-Name trailer, else its subject), and any fixup! / squash! commit of
+    it not folded in yet, add or change and the tree still has."""
+    commits = series.commit_names(tree, base_commit)
+    mine = next(((c, s) for c, s, n in commits if patch.name and n == patch.name), None)
+    mine = mine or next(((c, s) for c, s, _ in commits if s == patch.subject), None)
+    if mine is None:
+        return []
+    folds = {f"{how}! {mine[1]}" for how in ("fixup", "squash", "amend")}
+    ours = [mine[0], *(c for c, s, _ in commits if s in folds)]
+    found: list[str] = []
+    for cid in ours:
+        out = git.git(
+            tree, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=AM", cid
+        )
+        found += [p for p in out.splitlines() if is_test_file(p) and p not in found]
+    return [p for p in found if (tree / p).is_file()]
+
+
+def select_tests(
+    where: Path | Target, tree: Path, wanted: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """The test files ``wanted`` names (patches, see :func:`find_patch`, or
+    test files), each once in the order named; a line per name saying which
+    files it gave and why; the Patch-Names of the patches named. A name that
+    is neither is an error listing what is accepted."""
+    t = target.of(where)
+    state = State.load(t)
+    files: list[str] = []
+    said: list[str] = []
+    patches: list[str] = []
+    for arg in wanted:
+        if arg.endswith(".py"):
+            path = _in_tree(t, tree, arg)
+            if not (tree / path).is_file():
+                raise ToolkitError(f"test: {arg} is not a file of {tree}: {_accepted(t)}")
+            files += [path] if path not in files else []
+            said.append(f"test: {path} (named)")
+            continue
+        found = find_patch(t, arg)
+        if found is None:
+            raise ToolkitError(f"test: no patch or test file {arg!r}: {_accepted(t)}")
+        file, name = found
+        patches += [name] if name and name not in patches else []
+        entry = series.manifest_entry(t, name) if name else None
+        listed = list((entry or {}).get("tests", []))
+        patch = series.read_patch(t.patches / file)
+        touched = patch_commit_tests(tree, state.base or "", patch) if state.base else []
+        mine = listed + [p for p in touched if p not in listed]
+        label = f"{file[:4]} {name or patch.subject}"
+        if not mine:
+            raise ToolkitError(
+                f"test: {label} has no test files (its manifest entry lists none and its commit "
+                f"adds or changes none): name a test file, or add its tests to "
+                f"{t.patches_label}/{series.MANIFEST}"
+            )
+        why = [f"{p} ({'manifest' if p in listed else 'its commit'})" for p in mine]
+        said.append(f"test: {len(mine)} file(s) of {label}: {', '.join(why)}")
+        files += [p for p in mine if p not in files]
+    return files, said, patches
+
+
+def _in_tree(t: Target, tree: Path, arg: str) -> str:
+    """A file of the work tree as a path in it, whether named so, from the
+    toolkit's root (.work/vllm/tests/...) or absolute."""
+    if Path(arg).is_absolute():
+        full = Path(arg).resolve()
+        return (
+            full.relative_to(tree.resolve()).as_posix()
+            if full.is_relative_to(tree.resolve())
+            else arg
+        )
+    return arg.removeprefix("./").removeprefix(f"{t.work.relative_to(t.root).as_posix()}/")
+
+
+def _accepted(t: Target) -> str:
+    """What ``nox -s test -- NAME`` accepts, for an error line."""
+    names = series.read_series(t)
+    known = [series.read_patch(t.patches / n).name or n for n in names]
+    numbers = f"1 to {len(names)}" if names else "none"
+    return (
+        f"name a patch by number ({numbers}), file name or manifest name "
+        f"({', '.join(known) or 'none'}), or a test file of the work tree (tests/...py)"
+    )
 
 
 # -- coverage of the series' test runs (opt-in) --------------------------------

@@ -228,13 +228,20 @@ def record_baseline(where, tree: Path, jobs: int = 1, log=print) -> Path:
     return path
 
 
-def upstream(where, tree: Path, jobs: int = 1, log=print) -> list[str]:
-    """`nox -s test -- --upstream`: the manifest's upstream test files on the
-    series (the pin's or a port's), against the recorded baseline; returns the
-    failures as ``file::test``."""
+def upstream(
+    where, tree: Path, jobs: int = 1, log=print, patches: list[str] | None = None
+) -> list[str]:
+    """`nox -s test -- --upstream`: the manifest's upstream test files (of the
+    ``patches`` named, where given) on the series (the pin's or a port's),
+    against the recorded baseline; returns the failures as ``file::test``."""
     t = target.of(where)
-    tests = upstream_test_files(series.read_manifest(t))
+    entries = series.read_manifest(t)
+    if patches is not None:
+        entries = [e for e in entries if e.get("name") in patches]
+    tests = upstream_test_files(entries)
     if not tests:
+        if patches is not None:
+            log(f"upstream: {', '.join(patches) or 'no patch named'}: no upstream_tests listed")
         return []
     state = series.State.load(t)
     assert state.base
