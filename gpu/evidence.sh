@@ -28,11 +28,11 @@ set -euo pipefail
 # meanwhile: they run alone, in the bench call. TEST_GLOBS, longest first: the
 # rest, side by side (JOBS at a time), beside the smoke and serve runs.
 ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
-TEST_GLOBS="tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_dequant_fp16.py
+TEST_GLOBS=${TEST_GLOBS:-"tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_dequant_fp16.py
   tests/kernels/quantization/test_nvfp4_marlin_dequant.py
   tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
   tests/v1/worker/test_dbo_tensor_parallel.py
-  tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"
+  tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"}
 JOBS=${JOBS:-4}
 # The smoke and serve runs' attention backend (TRITON_TURING_ATTN serves only
 # on SM75: on an H200 the engines run TRITON_ATTN, and the backend's own GPU
@@ -175,7 +175,8 @@ need_tree() {
     echo "error: no $root/src/vllm: a fresh machine; start again with the plan's first call"
     exit 1
   }
-  export PYTHONPATH=$root/src:$root/site
+  # gpu/site: sitecustomize.py, the stand-in for an import the image cannot serve.
+  export PYTHONPATH=$root/src:$root/site:$PWD/gpu/site
 }
 
 case $step in

@@ -193,7 +193,12 @@ def main() -> int:
     steps: list[dict] = []
     body: dict = {"steps": steps}
     dist, target = a.root / "dist", a.root / "target"
-    env = dict(os.environ, PYTHONPATH=f"{target}{os.pathsep}{a.root / 'site'}")
+    # gpu/site: the stand-in for an import the image cannot serve (its sitecustomize.py).
+    stand_ins = Path(__file__).resolve().parent / "site"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(map(str, (target, a.root / "site", stand_ins))),
+    )
     server = None
     log_file = None
     info: dict = {}
