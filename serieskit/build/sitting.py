@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -45,6 +46,13 @@ PURPOSE = (
     "the series' single-GPU evidence at its head, in one sitting of the GPU machine "
     "(nox -s evidence: gpu/evidence.sh stage, bench, tests)"
 )
+
+
+def _gpu_tag(gpu: str) -> str:
+    """The model in a GPU's name for file names: ``NVIDIA H100 80GB HBM3`` ->
+    ``h100``, ``NVIDIA H200`` -> ``h200``; else the name's last word."""
+    m = re.search(r"\b([A-Za-z]{1,3}\d{2,4}[A-Za-z]?)\b", gpu.removeprefix("NVIDIA "))
+    return (m.group(1) if m else gpu.split()[-1]).lower()
 
 
 @dataclass
@@ -282,7 +290,7 @@ def collect(
         any_doc = next(iter(docs.values()))[0]
         when = str(any_doc["date"])[:10].replace("-", "")
         machine = any_doc["machine"]
-        gpu = str(machine.get("gpu") or "cpu").removeprefix("NVIDIA ").split()[-1].lower()
+        gpu = _gpu_tag(str(machine.get("gpu") or "cpu"))
         n = int(machine.get("gpus") or 1)
         base = str(any_doc["series"].get("base") or "").removeprefix("vllm==")
         day = f"{''.join(base.split('.')[:2])}_{gpu}{f'x{n}' if n > 1 else ''}_{when}"
