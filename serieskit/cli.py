@@ -18,7 +18,7 @@ from pathlib import Path
 
 from serieskit import files, git, results, status
 from serieskit.build import build, overlay, recipe, sitting, wheel
-from serieskit.checks import docs, figures, lint, runner, upstream_tests
+from serieskit.checks import docs, figures, lint, names, runner, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, base, export, resume, safety, series, target
@@ -170,6 +170,8 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
 
 def cmd_docs(args: argparse.Namespace, t: Target) -> None:
     docs.session(t, check_only=args.check)
+    if args.check:
+        names.session(t)
 
 
 def cmd_figures(args: argparse.Namespace, t: Target) -> None:
@@ -370,7 +372,11 @@ def _parser() -> argparse.ArgumentParser:
         "the GPUs, e.g. h200x2)",
     )
     d = command("docs", cmd_docs, "regenerate the runtime reference in the work tree", port=True)
-    d.add_argument("--check", action="store_true", help="fail with a diff when stale")
+    d.add_argument(
+        "--check",
+        action="store_true",
+        help="fail with a diff when stale, and on a name in code format that the code lacks",
+    )
     fg = command("figures", cmd_figures, "rewrite the figures blocks of README.md and docs/")
     fg.add_argument("--check", action="store_true", help="fail with a diff when a block is stale")
     fg.add_argument(

@@ -742,6 +742,16 @@ def test_body_reads_without_this_repository(tmp_path, cache):
     assert "results/bench.json, which is not in the pull request's tree" in msg
     assert "gpu/stage2.sh, which is not in" in msg
     assert "overlap: words" not in msg
+    # a name in code format that the patched tree lacks (serieskit/checks/names.py)
+    assert "names: overview/host.md:3: `gpu/stage2.sh` is not in the patched tree" in msg
+    (root / "overview/overlap.md").write_text(
+        "## Overview\n\nThe halves (`vllm/overlap.py`), on with `kernel_config.host_reduce`.\n"
+    )
+    with pytest.raises(ToolkitError) as e:
+        run(root, check=True)
+    gone = "names: overview/overlap.md:3: `kernel_config.host_reduce` is not in the patched tree"
+    assert gone in str(e.value)
+    assert "`vllm/overlap.py`" not in str(e.value)
     # the template's instruction line never stays
     assert bodycheck.placeholders("PLEASE FILL IN THE PR DESCRIPTION HERE\n`TODO` in code\n") == [
         "template placeholder left: 'PLEASE FILL IN THE PR DESCRIPTION HERE'"

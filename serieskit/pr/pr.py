@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
-from serieskit.checks import lint
+from serieskit.checks import lint, names
 from serieskit.errors import ToolkitError
 from serieskit.pr import bodycheck, claims, duplicates, mainline, prbody
 from serieskit.pr.branches import (
@@ -323,6 +323,12 @@ def session(
         for c in res:
             if c["ok"] is False:
                 failed += [f"{g.name}: {c['check']}: {p}" for p in c["problems"]]
+    # The texts the bodies are made of, the RFCs, commit messages and pages:
+    # names the code has left behind (serieskit/checks/names.py).
+    gone = names.check(t, tree, state.base)
+    failed += [f"names: {p}" for p in gone]
+    if gone and not (check or push):
+        log(f"pr: {len(gone)} name(s) in code format that the code lacks (--check lists them)")
     if examples:
         failed += compare_examples(root, out_root, [g.name for g in order(groups)], write=not check)
     if (check or push) and failed:

@@ -1,0 +1,674 @@
+"""Every name a text gives in code format is in the patched tree (or the toolkit).
+
+A text that names a config field, flag, environment variable, module, class,
+function or file the code has left behind must not pass: the name would
+drift silently. The texts, and where their names are looked up:
+
+- the texts the manifest's ``[[pr]]`` tables name (``text``, the overview a
+  body is made of; ``rfc``, the RFC draft), the manifest itself (the
+  contracts and claims the bodies quote), the series' commit messages (the
+  patch files up to their diffstat) and the ``.md`` pages the patches add:
+  the patched tree (the work tree at the series head) alone;
+- the toolkit's own pages (README.md, docs/, the top folders' README.md):
+  the patched tree and the toolkit (they speak of both).
+
+A name is an inline code span, or a path or ``--flag`` inside one (fenced
+blocks hold commands and their output). Its form says what it must be:
+
+- ``a/b/c.py``, ``csrc/sm7x/``, ``*_sm75.cu``, a file's bare name: a tracked
+  file or folder (or a path the code writes, quoted); ``vllm/X.abi3.so``: the
+  built module ``vllm.X``;
+- ``vllm.a.b`` (``serieskit.a.b``): a module file or package, or a module a
+  build makes (the tree's CMake targets and setup.py extensions, and the
+  toolkit's build/recipe.toml module, linked from the tree's csrc/ and
+  imported by the tree where it exists), then a name it defines or imports;
+  ``vllm.X`` alone may be a custom op (``op_name="X"``);
+- ``x_config.field.sub``: a field (or property) of the config class of
+  vllm/config/ (``parallel_config`` -> ``ParallelConfig``), each field's
+  annotation giving the next class;
+- ``Class.member``: the class and a member of it or of its bases;
+- ``--flag``, ``--flag.key``, ``--flag '{"key": ...}'``: an option the code
+  declares (a quoted ``"--flag"``, as vLLM's arg_utils adds each; its
+  ``--no-`` and ``--enable-``/``--disable-`` forms), the key a field of the
+  flag's config;
+- ``VLLM_X``: a word of the code (vllm/envs.py reads them);
+- an identifier (CamelCase, snake_case, UPPER_SNAKE): a ``def``, ``class``
+  or assignment (a C++ function, a shell variable, a settings or results
+  key) in the code (the tree's vllm/, csrc/, tests/, tools/; the toolkit's
+  code, settings and results), a string the code has (a backend's name, a
+  reason), a module's or a built module's name; UPPER_SNAKE any word of the
+  code (a variable of another tool that the code sets).
+
+A name with a placeholder (``X.Y.Z``, ``<...>``, ``VERSION``, ``...``), a
+command's other words, numbers and JSON are skipped; :data:`ALLOWED` holds the
+few names of neither tree, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serieskit import git
+from serieskit.checks.figures import documents
+from serieskit.errors import ToolkitError
+from serieskit.series import series, target
+from serieskit.series.target import Target
+from serieskit.state import State
+
+# Names of neither tree that a text may give, each with why.
+ALLOWED: dict[str, str] = {
+    "--autosquash": "git rebase's option, in a git command the page gives",
+    "--ipc": "docker run's option (shared memory for the host all-reduce)",
+    "--shm-size": "docker run's option (the size of /dev/shm)",
+    "ports/": "the folder nox -s carry makes for a port; none is open now",
+    "ports/0.33.0/": "a port's folder as nox -s carry makes it; none is open now",
+    "tests/test_x.py": "a test file's name standing for any, in a command's pattern",
+    "coverage-h200x2.json": "what gpu/run_tests.py writes on two H200s (coverage-<machine>.json)",
+}
+
+# Where a tree's definitions are looked up: its code, tests and tools.
+TREE_CODE = ("vllm/", "csrc/", "tests/", "tools/", "setup.py", "CMakeLists.txt", "cmake/")
+TOOLKIT_CODE = (
+    "serieskit/",
+    "noxfile.py",
+    "bench/",
+    "e2e/",
+    "gpu/",
+    "tests/",
+    "ci/",
+    "build/",
+    "patches/manifest.toml",
+    "pin.toml",
+    "pyproject.toml",
+    ".pre-commit-config.yaml",
+    "results/",  # the keys of the results files (results/README.md)
+)
+# Code and settings, not texts: a page's words are no definition.
+PROGRAM_EXT = (".py", ".pyi", ".sh", ".cu", ".cuh", ".cpp", ".c", ".h", ".hpp")
+CODE_EXT = PROGRAM_EXT + (".toml", ".yaml", ".yml", ".cmake", "CMakeLists.txt")
+RECIPE = "build/recipe.toml"
+CONFIG_DIR = "vllm/config/"
+FILE = re.compile(r"[\w.*+-]+\.(?:py|cu|cuh|cpp|h|hpp|sh|json|md|cmake|yaml|yml|toml|txt|so)")
+PATHLIKE = re.compile(r"[\w.*+-]*/[\w.*/+-]*|" + FILE.pattern)
+# Where outputs, other machines' files and git refs live: not the trees' files.
+NOT_OURS = (".work", ".nox", ".dev", ".git/", ".cache", "dist/", "refs/", "origin/", "/", "~", "$")
+PLACEHOLDER = re.compile(
+    r"\.\.\.|<[^>]*>|X\.Y\.Z|(?<![A-Za-z])(?:VERSION|NAME|DIR|FOLDER|PART|STEP|TARGET|SRC|REF"
+    r"|FORK|PID|COMMAND|MACHINE|BASE|DAY|STEM|YYYYMMDD|N)(?![A-Za-z])"
+)
+SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+FENCE = re.compile(r"^\s*(```|~~~)")
+FLAG = re.compile(r"--[A-Za-z][\w-]*(?:\.[\w.]+)?")
+ENV = re.compile(r"VLLM_[A-Z0-9_]+")
+DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+")
+CAMEL = re.compile(r"_*[A-Z]\w*[a-z]\w*")
+UPPER = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+WORD = re.compile(r"--[\w-]+|\w+")
+BUILTIN = set(dir(builtins))
+# Bases whose members are not the trees' to list.
+FOREIGN_BASES = {"object", "Enum", "IntEnum", "StrEnum", "ABC", "Protocol", "Generic", "NamedTuple"}
+
+
+@dataclass
+class Text:
+    label: str  # the file as a user opens it, relative to the repository
+    lines: list[tuple[int, str]]  # (line number, line)
+    toolkit: bool = False  # a page of the toolkit: both trees count
+
+
+# --- the names a text gives ------------------------------------------------------
+
+
+def spans(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Each inline code span as (line, code), outside fenced blocks."""
+    out, fenced = [], False
+    for n, line in lines:
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out += [(n, m.group(2).strip()) for m in SPAN.finditer(line)]
+    return out
+
+
+def names_in(code: str) -> list[str]:
+    """The names a span gives: itself, or in a command its paths (and its
+    flags where it is a list of flags; a flag's JSON value as ``--flag.key``
+    per key), each without a trailing value, call or line number."""
+    words = code.split()
+    if len(words) == 1:
+        picked = words
+    else:
+        flags = bool(words) and words[0].startswith("-")
+        picked = [w for w in words if PATHLIKE.fullmatch(w) or (flags and FLAG.match(w))]
+        if flags and (m := re.fullmatch(r"(--[\w-]+)\s+'(\{.*\})'", code)):
+            picked += [f"{m.group(1)}.{k}" for k in _json_keys(m.group(2))]
+    out = []
+    for w in picked:
+        w = re.sub(r"(?::\d+|#[\w-]*)$", "", w.rstrip(",;:").removesuffix("()"))
+        if FLAG.match(w) or ENV.match(w):
+            w = w.split("=", 1)[0]
+        if w and not PLACEHOLDER.search(w) and w not in ALLOWED:
+            out.append(w)
+    return out
+
+
+def _json_keys(text: str, prefix: str = "") -> list[str]:
+    """The dotted keys of a JSON object, its bare-word values (placeholders) read as 0."""
+    try:
+        data = json.loads(re.sub(r":\s*([A-Za-z_]\w*)", r": 0", text))
+    except ValueError:
+        return []
+    keys = []
+    for k, v in data.items() if isinstance(data, dict) else ():
+        keys.append(prefix + k)
+        if isinstance(v, dict):
+            keys += _json_keys(json.dumps(v), f"{prefix}{k}.")
+    return keys
+
+
+def kind(name: str) -> str | None:
+    """What a name is, by its form; None for a word this check does not look up."""
+    if FLAG.fullmatch(name):
+        return "flag"
+    if ENV.fullmatch(name):
+        return "env"
+    if name.endswith(".so"):
+        return "built"
+    if PATHLIKE.fullmatch(name):
+        return None if name.startswith(NOT_OURS) or "://" in name else "path"
+    if DOTTED.fullmatch(name):
+        head = name.split(".")[0]
+        if head in ("vllm", "serieskit"):
+            return "module"
+        if head.endswith("_config"):
+            return "config"
+        return "member" if CAMEL.fullmatch(head) and head not in BUILTIN else None
+    if not re.fullmatch(r"\w+", name) or name in BUILTIN or name[0].isdigit():
+        return None
+    if UPPER.fullmatch(name):
+        return "constant"
+    if "_" in name.strip("_") or (CAMEL.fullmatch(name) and sum(map(str.isupper, name)) > 1):
+        return "identifier"
+    return None
+
+
+# --- a tree's names ----------------------------------------------------------------
+
+
+@dataclass
+class Tree:
+    """One tree's files and definitions. Its code is searched with GNU grep,
+    every word at once (git grep takes minutes for a few hundred words over
+    vLLM's 80 MB of source, grep -F a second)."""
+
+    root: Path
+    code: tuple[str, ...]
+    built: set[str] = field(default_factory=set)  # dotted modules its build makes
+    ext: tuple[str, ...] = ()  # the code's files by their ends (CODE_EXT and these)
+    files: set[str] = field(default_factory=set)
+    dirs: set[str] = field(default_factory=set)
+    _lines: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    _classes: dict[str, set[str]] | None = None  # class name -> files that define it
+    _asts: dict[str, dict[str, list[ast.ClassDef]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        listed = git.run(self.root, "ls-files", "-z")
+        if listed.returncode == 0:
+            self.files = set(listed.stdout.decode(errors="replace").split("\0")) - {""}
+        else:  # a toolkit copy outside git: what it holds, outputs aside
+            self.files = {
+                p.relative_to(self.root).as_posix()
+                for p in self.root.rglob("*")
+                if p.is_file() and not p.relative_to(self.root).as_posix().startswith(NOT_OURS)
+            }
+        for f in self.files:
+            parts = f.split("/")[:-1]
+            self.dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+        self.basenames = {p.rsplit("/", 1)[-1] for p in self.files | self.dirs}
+        self.code_files = sorted(
+            f
+            for f in self.files
+            if f.startswith(self.code)
+            and f.endswith(CODE_EXT + self.ext)
+            and (self.root / f).is_file()
+        )
+
+    def _grep(self, patterns: list[str], files: list[str]) -> list[tuple[str, str]]:
+        """(path, line) of each line of ``files`` that holds one of the fixed strings."""
+        out: list[tuple[str, str]] = []
+        for i in range(0, len(files), 20000):  # one grep for vLLM's files
+            proc = subprocess.run(
+                ["grep", "-I", "-n", "-H", "-F", "-f", "-", "--"] + files[i : i + 20000],
+                cwd=self.root,
+                input="\n".join(patterns).encode(),
+                capture_output=True,
+            )
+            if proc.returncode > 1:
+                raise ToolkitError(f"grep in {self.root}: {proc.stderr.decode(errors='replace')}")
+            for row in proc.stdout.decode(errors="replace").splitlines():
+                path, _, rest = row.partition(":")
+                out.append((path, rest.partition(":")[2]))
+        return out
+
+    def grep(self, words: Iterable[str]) -> None:
+        """Read, in one pass over the code, the lines that hold each word (and,
+        the first time, every class statement: :meth:`classes`)."""
+        todo = sorted({w for w in words if w not in self._lines})
+        first = self._classes is None
+        if not todo and not first:
+            return
+        for w in todo:
+            self._lines[w] = []
+        other = [w for w in todo if not WORD.fullmatch(w)]  # files' names, paths
+        classes: dict[str, set[str]] = {}
+        wanted = set(todo)
+        for path, text in self._grep(todo + ["class "] * first, self.code_files):
+            for w in set(WORD.findall(text)) | {w for w in other if w in text}:
+                if w in wanted:
+                    self._lines[w].append((path, text))
+            if first and path.endswith(".py") and (m := re.match(r"\s*class\s+(\w+)", text)):
+                classes.setdefault(m.group(1), set()).add(path)
+        if first:
+            self._classes = classes
+
+    def lines(self, word: str) -> list[tuple[str, str]]:
+        if word not in self._lines:
+            self.grep([word])
+        return self._lines[word]
+
+    def defines(self, name: str) -> bool:
+        return any(_defines(name, p, x) for p, x in self.lines(name))
+
+    def quoted(self, name: str) -> bool:
+        """Whether the code has ``name`` as a string: a value it knows (a
+        backend's name, a key it writes, a reason it gives)."""
+        rx = re.compile(rf"[\"']{re.escape(name)}[\"']")
+        return any(rx.search(x) for p, x in self.lines(name) if p.endswith(PROGRAM_EXT))
+
+    def has_path(self, path: str) -> bool:
+        path = path.rstrip("/")
+        if "*" in path:
+            rx = re.compile(re.escape(path).replace(r"\*", r"[^/]*"))
+            return any(
+                rx.fullmatch(f) for f in (self.files | self.dirs if "/" in path else self.basenames)
+            )
+        if "/" not in path:
+            return path in self.basenames
+        return path in self.files or path in self.dirs
+
+    def module(self, dotted: str) -> tuple[str, str] | None:
+        """(module, rest) of the longest prefix of ``dotted`` that is a module here."""
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            mod, stem = ".".join(parts[:i]), "/".join(parts[:i])
+            if (
+                mod in self.built
+                or f"{stem}.py" in self.files
+                or f"{stem}/__init__.py" in self.files
+            ):
+                return mod, ".".join(parts[i:])
+        return None
+
+    def module_defines(self, mod: str, name: str) -> bool:
+        stem = mod.replace(".", "/")
+        path = next((p for p in (f"{stem}.py", f"{stem}/__init__.py") if p in self.files), None)
+        if path is None:  # a built module: its names are its C++ code's
+            return True
+        text = (self.root / path).read_text(errors="replace")
+        n = re.escape(name)
+        return (
+            re.search(
+                rf"^(?:async\s+)?(?:def|class)\s+{n}\b|^{n}\s*[:=]|^\s*from\s.*\b{n}\b", text, re.M
+            )
+            is not None
+        )
+
+    def classes(self, name: str) -> list[ast.ClassDef]:
+        """The definitions of class ``name``."""
+        if self._classes is None:
+            self.grep([])
+        assert self._classes is not None
+        return [c for p in sorted(self._classes.get(name, ())) for c in self._in(p).get(name, [])]
+
+    def configs(self) -> list[str]:
+        """The classes of ``vllm/config/`` whose names end in Config."""
+        if self._classes is None:
+            self.grep([])
+        assert self._classes is not None
+        return [
+            c
+            for c, paths in self._classes.items()
+            if c.endswith("Config") and any(p.startswith(CONFIG_DIR) for p in paths)
+        ]
+
+    def _in(self, path: str) -> dict[str, list[ast.ClassDef]]:
+        if path not in self._asts:
+            found: dict[str, list[ast.ClassDef]] = {}
+            try:
+                module = ast.parse((self.root / path).read_text(errors="replace"))
+            except SyntaxError:
+                module = ast.Module(body=[], type_ignores=[])
+            for node in ast.walk(module):
+                if isinstance(node, ast.ClassDef):
+                    found.setdefault(node.name, []).append(node)
+            self._asts[path] = found
+        return self._asts[path]
+
+
+def _defines(name: str, path: str, text: str) -> bool:
+    """Whether a line defines ``name``, as far as one line tells."""
+    w = re.escape(name)
+    if path.endswith((".py", ".pyi")):
+        rx = (
+            rf"^\s*(?:async\s+)?(?:def|class)\s+{w}\b|^\s*(?:self\.)?{w}\s*(?::(?!=)|=(?!=))"
+            rf"|[(,]\s*{w}\s*[:=](?!=)"
+        )
+    elif path.endswith((".cu", ".cuh", ".cpp", ".h", ".hpp", ".c")):
+        rx = rf"\b{w}\s*[(=<]|#define\s+{w}\b|(?:struct|class|enum)\s+{w}\b|\"{w}\("
+    elif path.endswith(".sh"):
+        rx = rf"^\s*(?:export\s+|local\s+)?{w}=|^\s*{w}\s*\(\)|\${{?{w}\b"
+    elif path.endswith(".json"):  # a key of a results file
+        rx = rf"\"{w}\"\s*:"
+    elif path.endswith((".toml", ".yaml", ".yml")):
+        rx = rf"^\s*-?\s*\"?{w}\"?\s*[=:]|^\s*\[+[\w.]*\b{w}\]"
+    else:
+        return False
+    return re.search(rx, text) is not None
+
+
+def members(
+    trees: list[Tree], cls: str, seen: frozenset[str] = frozenset()
+) -> tuple[dict[str, ast.expr | None], bool] | None:
+    """A class's members (name -> annotation), its bases' included, and
+    whether a base was out of reach; None where no tree defines the class.
+    A name bound to classes (``CudaPlatform = A if ... else B``) has theirs."""
+    defs = [c for t in trees for c in t.classes(cls)]
+    if not defs and seen:  # a base of no tree's (torch's, pydantic's)
+        return None
+    if not defs:
+        aliases = [
+            n
+            for t in trees
+            for p, x in t.lines(cls)
+            if p.endswith(".py") and (m := re.match(rf"{cls}\s*=\s*(.+)", x))
+            for n in re.findall(r"\w+", m.group(1))
+        ]
+        bound = [members(trees, n, seen | {cls}) for n in dict.fromkeys(aliases) if n != cls]
+        known = [b for b in bound if b is not None]
+        if not known:
+            return None
+        merged: dict[str, ast.expr | None] = {}
+        for fields, _ in known:
+            merged.update(fields)
+        return merged, any(open_ for _, open_ in known)
+    out: dict[str, ast.expr | None] = {}
+    open_ = False
+    for c in defs:
+        for node in c.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                out.setdefault(node.name, getattr(node, "returns", None))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                out[node.target.id] = node.annotation
+            elif isinstance(node, ast.Assign):
+                out.update((t.id, None) for t in node.targets if isinstance(t, ast.Name))
+        for sub in ast.walk(c):  # what its methods set on self
+            targets: list[ast.expr] = []
+            if isinstance(sub, ast.Assign):
+                targets = sub.targets
+            elif isinstance(sub, ast.AnnAssign):
+                targets = [sub.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self":
+                    out.setdefault(t.attr, None)
+        for base in c.bases:
+            name = _last_name(base)
+            if not name or name in FOREIGN_BASES or name in seen | {cls}:
+                continue
+            inherited = members(trees, name, seen | {cls})
+            if inherited is None:
+                open_ = True
+                continue
+            for k, v in inherited[0].items():
+                out.setdefault(k, v)
+            open_ = open_ or inherited[1]
+    return out, open_
+
+
+def _last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+# --- whether a name is in the trees ---------------------------------------------------
+
+
+def config_class(trees: list[Tree], head: str) -> str | None:
+    """``parallel_config`` -> ``ParallelConfig``: vllm/config/'s class of that name, any case."""
+    want = head.replace("_", "").lower()
+    return next((c for t in trees for c in t.configs() if c.lower() == want), None)
+
+
+def resolve_attrs(trees: list[Tree], cls: str | None, attrs: list[str]) -> bool:
+    """Whether ``cls.a.b...`` exists, each field's annotation the next class."""
+    for i, attr in enumerate(attrs):
+        if cls is None:
+            return i > 0  # a field of a type out of reach: the rest is not ours to check
+        found = members(trees, cls)
+        if found is None:
+            return False
+        fields, open_ = found
+        if attr not in fields:
+            return open_ and any(t.defines(attr) for t in trees)
+        ann, cls = fields[attr], None
+        if ann is not None:
+            names = [n.id for n in ast.walk(ann) if isinstance(n, ast.Name)]
+            names += [
+                n.value
+                for n in ast.walk(ann)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            cls = next((n for n in names if any(t.classes(n) for t in trees)), None)
+        if cls is None and attr.endswith("_config"):
+            cls = config_class(trees, attr)
+    return True
+
+
+def found(trees: list[Tree], name: str) -> bool:
+    """Whether ``name`` (one of :func:`names_in`'s) is in one of the trees;
+    a name of no form this check knows is taken as it is."""
+    k = kind(name)
+    if k == "flag":
+        return _flag(trees, name)
+    if k == "env":
+        return any(t.lines(name) for t in trees)
+    if k == "built":  # vllm/X.abi3.so, X.abi3.so: the built module (vllm.)X
+        module = name.split(".", 1)[0].replace("/", ".")
+        return any(m == module or m.endswith("." + module) for t in trees for m in t.built)
+    if k == "path":
+        return any(t.has_path(name) or name.replace("/", ".") in t.built for t in trees) or any(
+            t.quoted(name) for t in trees
+        )
+    if k == "module":
+        return _module(trees, name)
+    if k in ("config", "member"):
+        head, *rest = name.split(".")
+        cls = config_class(trees, head) if k == "config" else head
+        return resolve_attrs(trees, cls, rest)
+    if k in ("constant", "identifier"):
+        short = {m.rsplit(".", 1)[-1] for t in trees for m in t.built}
+        return (
+            name in short
+            or any(t.defines(name) or t.quoted(name) for t in trees)
+            or any(f"{name}.py" in t.basenames or name in t.basenames for t in trees)
+            or (k == "constant" and any(t.lines(name) for t in trees))
+        )
+    return True
+
+
+def _words(name: str, trees: list[Tree]) -> list[str]:
+    """The words whose lines :func:`found` reads for ``name`` (one grep for all)."""
+    k = kind(name)
+    if k == "path" and any(t.has_path(name) for t in trees):
+        return []
+    if k == "flag":
+        base = name.partition(".")[0].replace("_", "-")
+        forms = [base, base.replace("--no-", "--"), base.replace("--disable-", "--enable-")]
+        return forms + [base.replace("--enable-", "--disable-")]
+    if k in ("env", "path", "constant", "identifier"):
+        return [name]
+    if k == "member":
+        return [name.split(".")[0]]
+    if k == "module":
+        return name.split(".")[1:2]  # vllm.X: a custom op's name
+    return []
+
+
+def _module(trees: list[Tree], dotted: str) -> bool:
+    for t in trees:
+        if at := t.module(dotted):
+            mod, rest = at
+            if mod != dotted.split(".")[0]:
+                return not rest or t.module_defines(mod, rest.split(".")[0])
+            # vllm.X alone: a custom op, torch.ops.vllm.X
+            if "." not in rest and any(
+                re.search(rf"op_name\s*=\s*[\"']{rest}[\"']", x) for _, x in t.lines(rest)
+            ):
+                return True
+    return False
+
+
+def _flag(trees: list[Tree], flag: str) -> bool:
+    base, _, keys = flag.partition(".")
+    base = base.replace("_", "-")
+    forms = {base}
+    for a, b in (("--no-", "--"), ("--disable-", "--enable-"), ("--enable-", "--disable-")):
+        if base.startswith(a):
+            forms.add(b + base.removeprefix(a))
+    if not any(_option(t, f) for t in trees for f in forms):
+        return False
+    field_ = base[2:].replace("-", "_")
+    return not keys or resolve_attrs(trees, config_class(trees, field_), keys.split("."))
+
+
+def _option(t: Tree, flag: str) -> bool:
+    """An option the code declares: quoted in Python, a case or test in shell."""
+    quoted = re.compile(rf"[\"']{re.escape(flag)}[\"'=]")
+    shell = re.compile(rf"{re.escape(flag)}(?![\w-])")
+    return any(
+        (quoted if p.endswith(".py") else shell).search(x)
+        for p, x in t.lines(flag)
+        if p.endswith((".py", ".sh"))
+    )
+
+
+# --- the texts -------------------------------------------------------------------
+
+
+def texts(t: Target, tree: Path, base: str) -> list[Text]:
+    """The texts this check reads, with their lines."""
+    root = t.root
+
+    def of(path: Path, toolkit: bool = False, lines: list[tuple[int, str]] | None = None) -> Text:
+        label = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        text = path.read_text(errors="replace")
+        return Text(label, lines or list(enumerate(text.splitlines(), 1)), toolkit)
+
+    manifest = t.patches / series.MANIFEST
+    groups = tomllib.loads(manifest.read_text()).get("pr", []) if manifest.is_file() else []
+    words = dict.fromkeys(g[k] for g in groups for k in ("text", "rfc") if g.get(k))
+    out = [of(root / p) for p in words if (root / p).is_file()]
+    if manifest.is_file():
+        out.append(of(manifest))
+    for name in series.read_series(t):
+        out.append(of(t.patches / name, lines=message(t.patches / name)))
+    added = git.git(tree, "diff", "--name-only", "--diff-filter=A", base, "HEAD", "--", "*.md")
+    out += [of(tree / p) for p in added.split()]
+    pages = documents(root) + [
+        p for p in sorted(root.glob("*/README.md")) if not p.parent.name.startswith(".")
+    ]
+    out += [of(p, toolkit=True) for p in pages]
+    return out
+
+
+def message(patch: Path) -> list[tuple[int, str]]:
+    """A patch file's commit message, with its line numbers: up to the
+    diffstat's ``---``."""
+    out = []
+    for n, line in enumerate(patch.read_text(errors="replace").splitlines(), 1):
+        if line == "---":
+            break
+        out.append((n, line))
+    return out
+
+
+def built(root: Path) -> set[str]:
+    """The modules a tree's build makes: CMake targets and setup.py extensions."""
+    out = set()
+    cmake = root / "CMakeLists.txt"
+    if cmake.is_file():
+        for name, dest in re.findall(
+            r"define_extension_target\(\s*(\w+)\s+DESTINATION\s+(\S+)", cmake.read_text()
+        ):
+            out.add(f"{dest.replace('/', '.')}.{name}")
+    setup = root / "setup.py"
+    if setup.is_file():
+        out |= set(re.findall(r"CMakeExtension\(name=\"([\w.]+)\"", setup.read_text()))
+    return out
+
+
+def recipe_module(root: Path) -> set[str]:
+    """The module the toolkit links from the tree's native sources (build/recipe.toml)."""
+    path = root / RECIPE
+    if not path.is_file():
+        return set()
+    module = tomllib.loads(path.read_text()).get("native", {}).get("module")
+    return {f"vllm.{module}"} if module else set()
+
+
+def problems(given: list[Text], vllm: Tree, own: Tree) -> list[str]:
+    """One line per name a text gives that its trees do not have."""
+    named = [(x, n, name) for x in given for n, code in spans(x.lines) for name in names_in(code)]
+    vllm.grep(w for x, _, name in named for w in _words(name, [vllm, own] if x.toolkit else [vllm]))
+    own.grep(w for x, _, name in named if x.toolkit for w in _words(name, [vllm, own]))
+    out = []
+    for x, n, name in named:
+        if not found([vllm, own] if x.toolkit else [vllm], name):
+            where = "the patched tree (nor the toolkit)" if x.toolkit else "the patched tree"
+            out.append(f"{x.label}:{n}: `{name}` is not in {where}")
+    return list(dict.fromkeys(out))
+
+
+def check(t: Target, tree: Path, base: str) -> list[str]:
+    """:func:`problems` of the texts of ``t`` (:func:`texts`) against its
+    work tree and the toolkit."""
+    vllm = Tree(tree, TREE_CODE, built(tree) | recipe_module(t.root))
+    own = Tree(t.root, TOOLKIT_CODE, ext=(".json",))
+    return problems(texts(t, tree, base), vllm, own)
+
+
+def session(where: Path | Target, log=print) -> None:
+    """Fail with each name the texts give that is not there (``docs --check``)."""
+    t = target.of(where)
+    tree = series.applied_tree(t)
+    state = State.load(t)
+    assert state.base
+    problems = check(t, tree, state.base)
+    if problems:
+        raise ToolkitError(
+            f"{len(problems)} name(s) in code format that the code does not have "
+            "(rename them in the text, or give the reason in serieskit/checks/names.py ALLOWED):\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
+    log("names: every name in code format is in the patched tree or the toolkit")
