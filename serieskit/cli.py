@@ -159,8 +159,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             runner.coverage_report(tree, rc, dest, results.series_from_work_tree(t.root))
             print(f"test: coverage of the series' test files on {slug}: {dest}")
-    # upstream's CPU tests of the touched files, on the series, against the
-    # base's recorded outcomes
+    # upstream's CPU tests of the touched files, against the base's outcomes
     wanted = args.upstream or args.upstream_only
     only = patches if args.what else None
     regressions = upstream_tests.upstream(t, tree, jobs, patches=only) if wanted else []
@@ -521,10 +520,9 @@ def find_root(start: Path) -> Path | None:
 
 
 def main(argv: list[str], cwd: Path | None = None) -> int:
-    """``python -m serieskit``: the checkout this package belongs to, from
-    any folder in it (.work/vllm included). From inside another checkout it
-    refuses rather than act on this one's work tree with that one's patches
-    in mind (or the other way round)."""
+    """``python -m serieskit``: the checkout this package belongs to, from any
+    folder in it (.work/vllm included); from inside another checkout it refuses
+    rather than mix one's work tree with the other's patches."""
     here = (cwd or Path.cwd()).resolve()
     found = find_root(here)
     if found is not None and found != ROOT.resolve():
