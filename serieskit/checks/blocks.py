@@ -33,18 +33,32 @@ from serieskit.checks.evidence import (
 ONE_GPU: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "turing-prefill-attention": [
         (
-            "2048 after 153,600 in {} ({} of the mma.sync ceiling), TRITON_ATTN {}",
+            "head dim 256, 2048 after 153,600 in {} ({} of the mma.sync ceiling), TRITON_ATTN {}",
             (
-                "q2048_ctx153600.auto_split_ms",
-                "q2048_ctx153600.auto_split_fraction_of_ceiling",
-                "q2048_ctx153600.triton_attn_ms",
+                "hd256.q2048_ctx153600.auto_split_ms",
+                "hd256.q2048_ctx153600.auto_split_fraction_of_ceiling",
+                "hd256.q2048_ctx153600.triton_attn_ms",
             ),
-        )
+        ),
+        (
+            "time to first token through the engine (head dim 128, capability reported as "
+            "7.5): 32,768 tokens {} against TRITON_ATTN's {}, 8,192 tokens {} against {}",
+            ("ttft_turing_32k", "ttft_triton_32k", "ttft_turing_8k", "ttft_triton_8k"),
+        ),
     ],
     "turing-prefill-split-kv": [
         (
-            "2048 after 153,600: {} without split, {} with the automatic split",
-            ("q2048_ctx153600.no_split_ms", "q2048_ctx153600.auto_split_ms"),
+            "head dim 256, 2048 after 153,600: {} without split, {} with the automatic split",
+            ("hd256.q2048_ctx153600.no_split_ms", "hd256.q2048_ctx153600.auto_split_ms"),
+        )
+    ],
+    "turing-prefill-head-dims": [
+        (
+            "2048 after 153,600 at head dims 64 / 128: {} / {} of the mma.sync ceiling",
+            (
+                "hd64.q2048_ctx153600.auto_split_fraction_of_ceiling",
+                "hd128.q2048_ctx153600.auto_split_fraction_of_ceiling",
+            ),
         )
     ],
     "nvfp4-sm7x-dequant": [
