@@ -596,6 +596,28 @@ def test_a_run_before_the_current_version_of_a_file_says_which(blobs_root):
     assert tests_row.endswith("| ran before the current version of `op.cu` |")
 
 
+def test_a_test_file_no_patch_lists_is_named_without_code_format(blobs_root):
+    # A run of a test file since renamed: its row stays, its name is plain
+    # text (the names check fails on a code-format name the trees lack).
+    write_run(
+        blobs_root,
+        "renamed.json",
+        base="vllm==0.33.0",
+        machine=H200,
+        date="2026-05-01",
+        test_files={"tests/test_gone.py": counts(3), TEST: counts(20)},
+    )
+    rows = [
+        line
+        for line in blocks.gpu_tests(evidence.Evidence(blobs_root)).splitlines()
+        if "`renamed.json`" in line
+    ]
+    gone = next(line for line in rows if "test_gone.py" in line)
+    assert gone.startswith("| tests/test_gone.py |")
+    assert gone.endswith("| a test file the series no longer has |")
+    assert any(line.startswith(f"| `{TEST}` |") for line in rows)
+
+
 def test_the_code_is_named_first_and_the_rest_counted(blobs_root):
     run_on(blobs_root, "old.json", {})  # recorded nothing it changed: every file differs
     path = blobs_root / "results" / "old.json"

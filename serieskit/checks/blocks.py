@@ -260,6 +260,14 @@ def _against_head(ev: Evidence, run: Run, test_file: str) -> str:
     return ev.predates(run, names) or "the current version"
 
 
+def _test_name(ev: Evidence, test_file: str) -> str:
+    """A test file as the table names it: in code format while a patch lists
+    it, in plain text once the series no longer has it (a name in code format
+    must be one the trees have: serieskit/checks/names.py)."""
+    gone = test_file.startswith("tests/") and not ev.covering(test_file)
+    return test_file if gone else f"`{test_file}`"
+
+
 def gpu_tests(ev: Evidence) -> str:
     """Per GPU run of the series' test files: the outcome of each file."""
     rows = []
@@ -268,7 +276,7 @@ def gpu_tests(ev: Evidence) -> str:
         for test, c in sorted((r.doc.get("test_files") or {}).items()):
             rows.append(
                 [
-                    f"`{test}`",
+                    _test_name(ev, test),
                     counts(c),
                     str(r.machine.get("name")),
                     version(r.base) or "-",
