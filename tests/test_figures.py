@@ -740,7 +740,7 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     op's benchmark, the shapes table the sweep, fastest shape first."""
     ev = evidence.Evidence(REPO)
     attention = benchmarks.attention(ev)
-    assert "bench_prefill_attention_033_h200_20261203_4.json" in attention
+    assert "bench_prefill_attention_034_h100_20261207.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
     assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
