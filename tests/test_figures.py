@@ -422,6 +422,73 @@ def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
     assert not list((root / "results").glob("timing_*"))
 
 
+def test_the_readme_table_links_each_cell_to_its_results_file(root, tmp_path, monkeypatch):
+    """The README's commands table (issue: figures that read like log output):
+    one row per command, CI's own timing, each loaded run with its load, the
+    last loaded run's disk at the end and at most; every figure a link to its
+    results file, "not measured" where no run measured it."""
+    empty = blocks.commands_table(evidence.Evidence(root))
+    rows = [line for line in empty.splitlines() if line.startswith("| `nox")]
+    assert rows == [
+        "| `nox -s apply build test` | not measured | not measured | not measured | not measured |",
+        "| `nox -s ci` | not measured | not measured | not measured | not measured |",
+    ]
+    assert "Not measured yet" in empty
+    monkeypatch.setattr(figures.os, "cpu_count", lambda: 2)
+    write_timings(root, complete=True)
+    timings = json.loads((root / ".work" / pipeline.TIMINGS).read_text())
+    timings["ci_machine"] = {"cores": 2, "load_at_start": [1.5, 1.0, 1.0]}
+    (root / ".work" / pipeline.TIMINGS).write_text(json.dumps(timings))
+    figures.record_ci(root, log=lambda _: None)
+    figures.record_timing(
+        root, timed(tmp_path / "a", "python3 -m nox -s apply build test", 612.4, [5.1, 8.5]), print
+    )
+    folder = timed(tmp_path / "b", "python3 -m nox -s ci", 900.0, [2.0, 3.0])
+    (folder / "du.txt").write_text("6200000000\t.nox\n250000000\t.work\n0\tTMPDIR\n")
+    (folder / "disk.txt").write_text(
+        "2026-12-02T04:27:00Z\t6200000000 .nox\t250000000 .work\t900000000 TMPDIR\n"
+    )
+    figures.record_timing(root, folder, print)
+    second = timed(tmp_path / "c", "python3 -m nox -s ci", 700.0, [0.5, 1.25])
+    (second / "started").write_text("2026-12-01T09:00:00Z\n")
+    figures.record_timing(root, second, print)
+    text = blocks.commands_table(evidence.Evidence(root))
+    lines = text.splitlines()
+    assert lines[0] == (
+        "| command | CI's machine (2 cores, measured by CI) | 2 cores shared with other work "
+        "| disk at the end | disk at most |"
+    )
+    ci, main = "results/ci_timings.json", "results/timing_apply_build_test_2026-12-02.json"
+    loaded, earlier = "results/timing_ci_2026-12-02.json", "results/timing_ci_2026-12-01.json"
+    assert lines[2] == (
+        f"| `nox -s apply build test` | [6 min 0 s]({ci}) (its stages of `nox -s ci`) "
+        f"| [10 min 12 s]({main}), load average 5.1 to 8.5 "
+        f"| [7.5 GB]({main}) (`.nox`, `.work`, `~/.cache/vllm-series` only) | not measured |"
+    )
+    assert lines[3] == (
+        f"| `nox -s ci` | [11 min 0 s]({ci}) "
+        f"| [11 min 40 s]({earlier}), load average 0.5 to 1.2; "
+        f"[15 min 0 s]({loaded}), load average 2.0 to 3.0 "
+        f"| [6.5 GB]({loaded}) | [7.3 GB]({loaded}) |"
+    )
+    # The fixture's runs record no base; CI's is dated the day it was recorded.
+    assert lines[5].startswith("CPU runs (no GPU) on base not recorded, 2026-12-01 to ")
+    assert lines[5].endswith(
+        "; CI's load average 1.5 to 1.5 on 2 cores. Each run in full: "
+        "[Measured figures](docs/measured.md)."
+    )
+    # Every linked file is a results file of the root.
+    for path in re.findall(r"\]\((results/[^)]+)\)", text):
+        assert (root / path).is_file(), path
+
+
+def test_the_readme_has_the_table_and_measured_md_the_long_form():
+    readme = [n for n, _, _ in figures.blocks_in((REPO / "README.md").read_text(), "README")]
+    measured = (REPO / "docs" / "measured.md").read_text()
+    assert "commands-table" in readme and "commands-timing" not in readme
+    assert "commands-timing" in [n for n, _, _ in figures.blocks_in(measured, "measured")]
+
+
 # --- the committed pages ----------------------------------------------------------------
 
 

@@ -488,6 +488,119 @@ def commands_timing(ev: Evidence) -> str:
     return "\n\n".join([lead, *loaded])
 
 
+COMMANDS = ("python3 -m nox -s apply build test", "python3 -m nox -s ci")
+NOT_RUN = "not measured"
+
+
+def _link(words: str, run: Run) -> str:
+    """``words`` linked to the run's results file (from the repository root)."""
+    return f"[{words}]({run.path})"
+
+
+def _timed(ev: Evidence) -> dict[str, list[Run]]:
+    """The runs of ``ci/time-command.sh`` (kind ``timing``) per command, oldest first."""
+    by: dict[str, list[Run]] = {}
+    for r in sorted((r for r in ev.runs if r.doc.get("kind") == "timing"), key=lambda r: r.date):
+        by.setdefault(str(r.doc.get("command")), []).append(r)
+    return by
+
+
+def _on_ci(run: Run | None, command: str) -> str:
+    """CI's own figure for ``command``: the whole run, or the main job's stages."""
+    if run is None:
+        return NOT_RUN
+    if command.endswith("-s ci"):
+        return _link(duration(float(run.doc.get("total_s") or 0)), run)
+    if command == COMMANDS[0]:
+        return _link(_main_command(run), run) + " (its stages of `nox -s ci`)"
+    return NOT_RUN
+
+
+def _on_loaded(runs: list[Run]) -> str:
+    """Each run's duration with the load through it, the shortest first."""
+    if not runs:
+        return NOT_RUN
+    cells = []
+    for r in sorted(runs, key=lambda r: float(r.doc.get("total_s") or 0)):
+        load = r.doc.get("load") or {}
+        cells.append(
+            _link(duration(float(r.doc.get("total_s") or 0)), r)
+            + f", load average {float(load.get('min') or 0):.1f} to "
+            + f"{float(load.get('max') or 0):.1f}"
+        )
+    return "; ".join(cells)
+
+
+def _disk_after(run: Run | None) -> str:
+    """What the run left, summed; the places named where it counted only some
+    (earlier runs: `.nox`, `.work` and the toolkit's cache)."""
+    disk = (run.doc.get("disk") or {}) if run else {}
+    if not (run and disk):
+        return NOT_RUN
+    total = _gb(sum(v for v in disk.values() if isinstance(v, int | float)))
+    only = "" if "TMPDIR" in disk else " (" + ", ".join(f"`{k}`" for k in disk) + " only)"
+    return _link(total, run) + only
+
+
+def _disk_most(run: Run | None) -> str:
+    peak = (run.doc.get("disk_peak") or {}) if run else {}
+    if not (run and isinstance(peak.get("total"), int | float)):
+        return NOT_RUN
+    return _link(_gb(peak["total"]), run)
+
+
+def commands_table(ev: Evidence) -> str:
+    """The README's table of the two commands: CI's own timing, a loaded
+    machine's (with its load average), and the disk of the last loaded run,
+    each cell linked to its results file; "not measured" where no run
+    measured it. docs/measured.md gives the same runs in full
+    (:func:`commands_timing`)."""
+    ci = _ci(ev)
+    timed = _timed(ev)
+    commands = list(COMMANDS) + [c for c in timed if c not in COMMANDS]
+    cores = {str(r.doc.get("cores")) for rs in timed.values() for r in rs if r.doc.get("cores")}
+    ci_cores = (ci.doc.get("ci_machine") or {}).get("cores") if ci else None
+    rows = []
+    for command in commands:
+        runs = timed.get(command, [])
+        last = runs[-1] if runs else None
+        rows.append(
+            [
+                f"`{command.replace('python3 -m ', '')}`",
+                _on_ci(ci, command),
+                _on_loaded(runs),
+                _disk_after(last),
+                _disk_most(last),
+            ]
+        )
+    head = [
+        "command",
+        f"CI's machine ({ci_cores or 'its'} cores, measured by CI)",
+        f"{' or '.join(sorted(cores)) or 'a few'} cores shared with other work",
+        "disk at the end",
+        "disk at most",
+    ]
+    used = [r for r in [ci, *(r for rs in timed.values() for r in rs)] if r is not None]
+    if not used:
+        foot = (
+            "Not measured yet: no `results/ci_timings.json` (`--record-ci`) and no "
+            "`results/timing_*.json` (`--record-timing`)."
+        )
+    else:
+        labels = sorted({str(r.machine.get("label") or r.machine.get("name")) for r in used})
+        cpu = all(label.startswith("CPU run (no GPU") for label in labels)
+        bases = sorted({version(r.base) or "base not recorded" for r in used})
+        days = sorted({r.day for r in used if r.day}) or ["date not recorded"]
+        foot = (
+            ("CPU runs (no GPU)" if cpu else "; ".join(labels))
+            + f" on {', '.join(bases)}, {days[0]}"
+            + (f" to {days[-1]}" if len(days) > 1 else "")
+            + (_load(ci).replace(", load average", "; CI's load average", 1) if ci else "")
+            + ". Each run in full: [Measured figures](docs/measured.md)."
+        )
+    return "\n".join([*table(head, rows), "", foot])
+
+
 def sitting(ev: Evidence) -> str:
     """The newest whole sitting of the GPU machine (``nox -s evidence``):
     each call's time, and the GPU time from the machine's start to the end
@@ -546,6 +659,7 @@ def sitting(ev: Evidence) -> str:
 BLOCKS: dict[str, Callable[[Evidence], str]] = {
     "series": series,
     "commands-timing": commands_timing,
+    "commands-table": commands_table,
     "ci-timings": ci_timings,
     "runs": runs,
     "gpu-tests": gpu_tests,
