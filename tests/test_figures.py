@@ -13,6 +13,7 @@ import pytest
 
 from serieskit import cli, results
 from serieskit.checks import benchmarks, blocks, evidence, figures, pipeline
+from serieskit.checks import timings as tblocks
 from serieskit.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -257,7 +258,7 @@ def write_timings(root: Path, complete: bool) -> None:
 
 
 def test_ci_timing_is_not_yet_measured_without_a_recorded_run(root):
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert "not yet measured" in text and "--record-ci" in text
 
 
@@ -279,11 +280,11 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     assert doc["kind"] == "ci" and doc["figures"]["total_s"]["value"] == 660.0
     assert doc["machine"]["label"].startswith("CPU run (no GPU")
     ev = evidence.Evidence(root)
-    line = blocks.commands_timing(ev)
+    line = tblocks.commands_timing(ev)
     assert "`nox -s ci` took 11 min 0 s" in line
     # the main command: apply + test requirements + build + series tests
     assert "(apply, test requirements, build, series tests) 6 min 0 s" in line
-    table = blocks.ci_timings(ev)
+    table = tblocks.ci_timings(ev)
     assert "| lint | 5 min 0 s | 10 min 0 s |" in table
     # A run whose pipeline names the main command's stages ([main_command]) is
     # summed as it says.
@@ -293,7 +294,7 @@ def test_a_complete_ci_run_becomes_a_results_file_and_the_timing_blocks(root):
     timings["stages"][0]["load_at_end"] = [3.25, 2.0, 1.0]
     (root / ".work" / pipeline.TIMINGS).write_text(json.dumps(timings))
     figures.record_ci(root, log=lambda _: None)
-    line = blocks.commands_timing(evidence.Evidence(root))
+    line = tblocks.commands_timing(evidence.Evidence(root))
     assert "(apply, build) 1 min 0 s, load average 1.5 to 3.2 on 2 cores;" in line
 
 
@@ -316,7 +317,7 @@ def timed(folder: Path, command: str, seconds: float, loads: list[float], rc: in
 
 
 def test_without_a_loaded_timing_the_block_says_how_to_make_one(root):
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert "on a loaded machine is not yet measured" in text and "--record-timing" in text
 
 
@@ -336,7 +337,7 @@ def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(
         "~/.cache/vllm-series": 450000000,
     }
     assert doc["machine"]["label"].endswith("cores shared with other work)")
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert (
         "On 2 cores shared with other work, load average 5.1 to 8.5: `nox -s apply build test` "
         "took 10 min 12 s (one run, from a fresh clone; disk afterwards: " in text
@@ -346,7 +347,7 @@ def test_a_timed_command_becomes_a_results_file_and_a_range_with_its_load(
     second = timed(tmp_path / "b", command, 401.0, [2.0, 3.0])
     (second / "started").write_text("2026-12-03T01:00:00Z\n")
     figures.record_timing(root, second, print)
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert (
         "load average 2.0 to 8.5: `nox -s apply build test` took 6 min 41 s to 10 min 12 s" in text
     )
@@ -374,7 +375,7 @@ def test_a_timing_with_disk_samples_gives_every_place_and_the_peak(root, tmp_pat
     assert doc["disk_peak"]["places"]["TMPDIR"] == 900000000
     assert doc["figures"]["disk.peak"]["value"] == 8490000000
     assert results.validate(doc) == []
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert (
         "(one run, from a fresh clone); `results/timing_ci_2026-12-02.json`: CPU run (no GPU, 2 "
         "cores shared with other work), 2026-12-02. Its disk, in the run from a fresh clone, "
@@ -394,7 +395,7 @@ def test_a_second_run_of_a_day_gets_a_file_of_its_own(root, tmp_path):
     other = figures.record_timing(root, second, print)
     assert other.name == "timing_ci_2026-12-02_2.json" and first.is_file()
     assert json.loads(first.read_text())["total_s"] == 900.0
-    text = blocks.commands_timing(evidence.Evidence(root))
+    text = tblocks.commands_timing(evidence.Evidence(root))
     assert "took 11 min 40 s to 15 min 0 s (2 runs, from a fresh clone; the last run's disk" in text
     assert "afterwards: `.nox` 6.2 GB, `.work` 0.8 GB" in text  # the second run's du.txt
 
@@ -409,7 +410,7 @@ def test_a_failed_or_incomplete_timing_is_refused(root, tmp_path):
     assert slow["outcome"].startswith("every stage passed; CI failed the run only for a stage")
     assert (
         "(one run, from a fresh clone; every stage passed; CI failed the run only"
-        in blocks.commands_timing(evidence.Evidence(root))
+        in tblocks.commands_timing(evidence.Evidence(root))
     )
     for made in (root / "results").glob("timing_*"):
         made.unlink()
@@ -427,7 +428,7 @@ def test_the_readme_table_links_each_cell_to_its_results_file(root, tmp_path, mo
     one row per command, CI's own timing, each loaded run with its load, the
     last loaded run's disk at the end and at most; every figure a link to its
     results file, "not measured" where no run measured it."""
-    empty = blocks.commands_table(evidence.Evidence(root))
+    empty = tblocks.commands_table(evidence.Evidence(root))
     rows = [line for line in empty.splitlines() if line.startswith("| `nox")]
     assert rows == [
         "| `nox -s apply build test` | not measured | not measured | not measured | not measured |",
@@ -452,7 +453,7 @@ def test_the_readme_table_links_each_cell_to_its_results_file(root, tmp_path, mo
     second = timed(tmp_path / "c", "python3 -m nox -s ci", 700.0, [0.5, 1.25])
     (second / "started").write_text("2026-12-01T09:00:00Z\n")
     figures.record_timing(root, second, print)
-    text = blocks.commands_table(evidence.Evidence(root))
+    text = tblocks.commands_table(evidence.Evidence(root))
     lines = text.splitlines()
     assert lines[0] == (
         "| command | CI's machine (2 cores, measured by CI) | 2 cores shared with other work "
