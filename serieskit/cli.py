@@ -12,7 +12,6 @@ resolved here once into a :class:`~serieskit.series.target.Target` and passed do
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, base, export, resume, safety, series, target
 from serieskit.series.target import Target
-from serieskit.state import State
 from serieskit.upstream import carry, rebase, rebase_check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +127,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
         upstream_tests.record_baseline(t, tree, jobs)
         return
     outcomes: list[runner.Outcome] = []
+    head: str | None = None  # of a run of every series test file, over no uncommitted change
     # Before anything runs: a name that is neither a patch nor a test file is an error.
     chosen, said, patches = runner.select_tests(t, tree, args.what) if args.what else ([], [], [])
     if args.what and not args.upstream_only:
@@ -140,6 +139,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     elif not args.upstream_only:
         slug = args.coverage if args.coverage not in (None, "auto") else runner.machine_slug()
         rc = runner.coverage_rc(t.out("coverage") / slug) if args.coverage else None
+        clean = not git.dirty_files(tree)  # what runs is HEAD's: a pass is HEAD's
         outcomes = runner.run_all(
             tree,
             series.test_files(t),
@@ -148,12 +148,7 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
             jobs=jobs,
             pycache=t.out("pycache"),
         )
-        state = State.load(t)
-        if state.base and (head := git.rev(tree, "HEAD")):
-            ran = results.series_block(tree, state.base, head, state.base_label or "?")
-            ran_file = t.out("test-results") / runner.RAN
-            ran_file.parent.mkdir(parents=True, exist_ok=True)
-            ran_file.write_text(json.dumps(ran, indent=2) + "\n")
+        head = runner.record_ran(t, tree)
         if rc:
             dest = t.out("pr") / "coverage" / f"{slug}.json"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +160,8 @@ def cmd_test(args: argparse.Namespace, t: Target) -> None:
     regressions = upstream_tests.upstream(t, tree, jobs, patches=only) if wanted else []
     if any(not o.ok for o in outcomes) or regressions:
         raise ToolkitError("test: failures above")
+    if head:
+        status.record_pass(t, "test", head, clean)
 
 
 def cmd_docs(args: argparse.Namespace, t: Target) -> None:
@@ -178,7 +175,7 @@ def cmd_figures(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:
-    lint.session(t)
+    status.record_pass(t, "lint", lint.session(t))
 
 
 def cmd_overlay(args: argparse.Namespace, t: Target) -> None:

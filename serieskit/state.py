@@ -81,6 +81,10 @@ class State:
     # the series moved from ("label", "base") and onto ("onto"), for the move's
     # chores (status lists them).
     moved: dict[str, str] | None = None
+    # A whole passing `test` (every series test file) or `lint` run, by name:
+    # the work tree's HEAD and base it ran on. The move's chores count it done
+    # while HEAD is still that commit (status.chores).
+    passed: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def path(cls, where: Any) -> Path:
@@ -112,6 +116,10 @@ class State:
         path = self.path(where)
         path.parent.mkdir(parents=True, exist_ok=True)
         files.write(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    def passed_at(self, what: str, head: str | None) -> bool:
+        """``what`` ("test", "lint") passed whole on ``head`` over this base."""
+        return bool(head) and self.passed.get(what) == {"head": head, "base": self.base}
 
     @property
     def complete(self) -> bool:

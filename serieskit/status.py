@@ -167,7 +167,12 @@ def chores(where: Path | Target, log=print) -> int:
         )
     elif rb is None:
         chore(state.base == t.commit, f"the pin: vLLM {t.version}")
-    chore(False, "the series' tests (not checked here)", t.cmd("test"))
+    head = git.rev(repo, "HEAD")
+    chore(
+        state.passed_at("test", head),
+        "the series' tests" + _pass(state, "test", head),
+        t.cmd("test"),
+    )
     try:
         stale = docs.check(repo) is not None
         chore(
@@ -193,7 +198,7 @@ def chores(where: Path | Target, log=print) -> int:
         + ")",
         t.cmd("test", "--record-upstream-baseline"),
     )
-    chore(False, "lint (not checked here)", t.cmd("lint"))
+    chore(state.passed_at("lint", head), "lint" + _pass(state, "lint", head), t.cmd("lint"))
     found = rebase.stale_mentions(t.root, repo, moved["label"], moved["base"], state.base)
     chore(
         not found,
@@ -210,6 +215,32 @@ def chores(where: Path | Target, log=print) -> int:
         else f"rebase: the move is not complete: {left} chore(s) above"
     )
     return left
+
+
+def _pass(state: State, what: str, head: str | None) -> str:
+    """What the work tree's state records of a whole passing ``what`` run."""
+    if state.passed_at(what, head):
+        return " (passed at HEAD)"
+    at = state.passed.get(what, {}).get("head")
+    return f" (passed at {at[:12]}, not HEAD)" if at else " (no pass recorded at HEAD)"
+
+
+def record_pass(where: Path | Target, what: str, head: str, clean: bool = True, log=print) -> None:
+    """A whole ``what`` run (``test``: every series test file; ``lint``)
+    passed on the work tree's ``head``: recorded in its state with the base,
+    for the move's chores (done while HEAD is that commit). Not when it ran
+    over uncommitted changes, which are not ``head``'s."""
+    t = target.of(where)
+    state = State.load(t)
+    if not clean:
+        if state.moved:
+            log(
+                f"{what}: passed over uncommitted changes in {t.work}: not recorded for the "
+                f"move's chores (commit them, then `{t.cmd(what)}` again)"
+            )
+        return
+    state.passed[what] = {"head": head, "base": state.base or ""}
+    state.save(t)
 
 
 def _port_lines(pin: Target, info: dict, log) -> None:

@@ -394,7 +394,8 @@ def test_a_finished_rebase_lists_the_moves_chores(root, cache, capsys):
         "[ ] the pin (pin.toml, patches/ still on vLLM 0.0.1): `nox -s rebase -- --update-pin`"
         in out
     )
-    assert "[ ] the series' tests (not checked here): `nox -s test`" in out
+    assert "[ ] the series' tests (no pass recorded at HEAD): `nox -s test`" in out
+    assert "[ ] lint (no pass recorded at HEAD): `nox -s lint`" in out
     assert "`nox -s docs`" in out and "`nox -s lint`" in out
     assert "(missing): `nox -s test -- --record-upstream-baseline`" in out
     assert "README.md:1: vLLM **0.0.1**" in out
@@ -408,6 +409,63 @@ def test_a_finished_rebase_lists_the_moves_chores(root, cache, capsys):
     assert out.rstrip().endswith("rebase: the move is not complete: 5 chore(s) above"), out
     assert cli.run(["status"], root) == 0  # status lists them too
     assert "rebase: the move is not complete: 5 chore(s) above" in capsys.readouterr().out
+
+
+def test_a_whole_passing_test_and_lint_at_head_complete_the_move(root, cache, monkeypatch):
+    """`nox -s test` (every series test file) and `nox -s lint` passing on the
+    work tree's HEAD mark their chores done, until a new commit; a narrowed,
+    failing or uncommitted run does not; all done: the move is complete."""
+    from serieskit import cli
+    from serieskit.checks import docs, lint, runner, upstream_tests
+
+    repo = make_series(root)
+    add_release(cache, "0.0.2", UPSTREAM_CHANGE)
+    rebase.start(root, "vllm==0.0.2", update_pin=True, log=quiet)
+    # The chores this test is not about, done: the runtime reference current,
+    # the upstream-test baseline recorded on the new base.
+    monkeypatch.setattr(docs, "check", lambda tree: None)
+    new_base = State.load(root).base
+    baseline = upstream_tests.Baseline("0.0.2", new_base, "2.0", "3.12", "2025-01-01", {})
+    (root / "patches" / upstream_tests.BASELINE).write_text(baseline.to_json())
+    ran: list = []
+    failing = [runner.Outcome("tests/test_a.py", failed=1, returncode=1)]
+    monkeypatch.setattr(runner, "run_all", lambda tree, tests, out, **kw: ran.append(out) or [])
+    monkeypatch.setattr(runner, "select_tests", lambda t, tree, what: (["t.py"], [], ["1"]))
+    monkeypatch.setattr(lint, "session", lambda t: git.rev(repo, "HEAD"))
+
+    def chores() -> list[str]:
+        lines: list[str] = []
+        status.chores(root, log=lines.append)
+        return lines
+
+    head = git.rev(repo, "HEAD")
+    assert "  [ ] the series' tests (no pass recorded at HEAD): `nox -s test`" in chores()
+    assert cli.run(["test", "1"], root) == 0 and ran  # narrowed to a patch: not the move's
+    assert "test" not in State.load(root).passed
+    monkeypatch.setattr(runner, "run_all", lambda tree, tests, out, **kw: failing)
+    assert cli.run(["test"], root) == 1  # a failure: nothing recorded
+    assert "test" not in State.load(root).passed
+    monkeypatch.setattr(runner, "run_all", lambda tree, tests, out, **kw: [])
+    (repo / "scratch.py").write_text("x = 1\n")  # what runs is not HEAD's
+    assert cli.run(["test"], root) == 0
+    assert "test" not in State.load(root).passed
+    (repo / "scratch.py").unlink()
+    assert cli.run(["test"], root) == 0
+    assert State.load(root).passed["test"] == {"head": head, "base": new_base}
+    lines = chores()
+    assert "  [x] the series' tests (passed at HEAD)" in lines
+    assert "  [ ] lint (no pass recorded at HEAD): `nox -s lint`" in lines
+    assert lines[-1] == "rebase: the move is not complete: 1 chore(s) above", lines
+    assert cli.run(["lint"], root) == 0
+    lines = chores()
+    assert "  [x] lint (passed at HEAD)" in lines
+    assert lines[-1] == "rebase: the move is complete", lines
+    # A new commit (a fixup, say) makes both passes stale.
+    commit_file(repo, "vllm/new.py", "NEW = 2\n", "fixup! [Core] Add new module")
+    lines = chores()
+    assert f"  [ ] the series' tests (passed at {head[:12]}, not HEAD): `nox -s test`" in lines
+    assert f"  [ ] lint (passed at {head[:12]}, not HEAD): `nox -s lint`" in lines
+    assert lines[-1] == "rebase: the move is not complete: 2 chore(s) above", lines
 
 
 # --- a stop where a side deleted or added a file (no text conflict) ----------------

@@ -507,9 +507,9 @@ def require_tools() -> None:
             raise ToolkitError(f"lint needs {mod}: run it through `nox -s lint`")
 
 
-def session(where, log=print) -> None:
+def session(where, log=print) -> str:
     """``nox -s lint``: the applied series (the pin's or a port's) through its
-    tree's own hooks."""
+    tree's own hooks. Returns the commit that passed (the work tree's HEAD)."""
     t = target.of(where)
     tree = series.applied_tree(t)
     base_commit = State.load(t).base  # a local: mypy keeps its narrowing in the closure
@@ -526,6 +526,8 @@ def session(where, log=print) -> None:
             tree, base_commit, script, series.layering_acknowledged(t), ref, log=say
         )
 
-    failed = run(tree, t.out("lint"), base_commit, layering_check, log)
+    head = git.git(tree, "rev-parse", "HEAD").strip()
+    failed = run(tree, t.out("lint"), base_commit, layering_check, log, commit=head)
     if failed:
         raise ToolkitError(f"lint failed: {', '.join(failed)}")
+    return head

@@ -40,6 +40,19 @@ from serieskit.state import State
 RAN = "series.json"
 
 
+def record_ran(t: Target, tree: Path) -> str | None:
+    """Beside a whole run's results: the series it ran on (RAN). Returns the
+    work tree's HEAD, None where there is no applied series."""
+    state, head = State.load(t), git.rev(tree, "HEAD")
+    if not (state.base and head):
+        return None
+    ran = results.series_block(tree, state.base, head, state.base_label or "?")
+    ran_file = t.out("test-results") / RAN
+    ran_file.parent.mkdir(parents=True, exist_ok=True)
+    ran_file.write_text(json.dumps(ran, indent=2) + "\n")
+    return head
+
+
 @dataclass
 class Outcome:
     file: str
