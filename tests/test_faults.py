@@ -1849,6 +1849,48 @@ def test_a_carry_killed_while_it_builds_the_pins_side_runs_again(capsys, pinport
 # --- 19: the file system's faults are one line (issue 26, item 3) ---------------
 
 
+def test_ctrl_c_during_the_sdist_download_prints_no_traceback(root, tmp_path, monkeypatch):
+    """Ctrl-C reaches the whole process group, the download child included:
+    the child ends quietly, the session prints its one line."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(60)
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    env = dict(
+        os.environ,
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL=f"http://127.0.0.1:{server.getsockname()[1]}/simple",
+        PIP_RETRIES="0",
+        PIP_TIMEOUT="60",
+    )
+    env.pop("VLLM_SERIES_QUIET", None)  # the child's progress goes to the terminal
+    base.write_pin(root, base.Pin("0.0.9", "a" * 64, None))  # not in the cache
+    code = KILLED_CLI.format(repo=str(REPO), root=str(root), argv=["apply"])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        conn, _ = server.accept()  # the child asks the index, which never answers
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        conn.close()
+    finally:
+        server.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130 and "error: interrupted" in err, (proc.returncode, err)
+
+
 def test_a_cache_that_is_a_file_is_one_line(sk, root, tmp_path, monkeypatch):
     make_series(sk, root)
     shutil.rmtree(root / ".work")
