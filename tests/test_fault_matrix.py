@@ -11,7 +11,14 @@ does what the user would: runs the command again (or its ``--continue``, or
   under ``.work/backup/``), the commits, a stash the user had, the
   uncommitted work an ``--abort`` finds (in a stash it names);
 - the rerun completes, and leaves no lock file in the work tree's git
-  folder and no half-written file in the patch folder.
+  folder and no half-written file in the patch folder;
+- the killed command printed no traceback (Ctrl-C: its one line), nor did
+  a child of its (the sdist download).
+
+A fault that is not a kill (``FAULTS``: a pin.toml cut short, a read-only
+work tree) stops the command before anything moves: one error line naming
+what is wrong and the way on, the user's work where it was; once the user
+has put it right, the command runs and the scenario's invariant holds.
 
 Each scenario's starting point is made once and copied for every case.
 """
@@ -19,6 +26,7 @@ Each scenario's starting point is made once and copied for every case.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -27,23 +35,31 @@ from pathlib import Path
 
 import pytest
 from test_faults import (
+    BIG,
     BIG_LIMIT,
+    F0,
+    F0_NEW,
     NEAR_PATCH_2,
     RESOLVED,
     SUBJECTS,
     TWO_CONFLICTS,
+    Result,
     amend_all,
+    backup_refs,
     break_context,
     cli_caller,
     commit_files,
     error_line,
     files_under,
+    fresh_apply,
     g,
+    in_namespace,
     killed,
     make_big_series,
     make_docs_series,
     make_series,
     names,
+    namespace_or_skip,
     ok,
     patches,
     refs_keeping,
@@ -78,7 +94,7 @@ class Case:
     setup: Callable  # (call, root, facts) -> None: from a fresh root to the starting point
     recover: Callable  # (call, root, facts) -> None: the user's way on, asserting it works
     check: Callable  # (call, root, facts) -> None: the invariant
-    facts: dict = field(default_factory=dict)
+    facts: dict = field(default_factory=dict)  # setup's; "env": variables set (None: unset)
 
 
 def _user_stash(repo: Path) -> None:
@@ -279,6 +295,84 @@ def _full_disk_recover(call, root, facts):
         (repo / path).write_text(text[: 3 if i % 5 == 0 else 0])
     res = ok(call("apply"))
     assert "checkout" in res.out and "cut short" in res.out, res.out
+
+
+def _half_written_setup(call, root, facts):
+    """As for apply, patch 2 adding a big file that patch 3 changes in its
+    last line: a git am of patch 3 killed past the limit dies writing it."""
+    ok(call("apply"))
+    repo = work(root)
+    commit_files(repo, {"vllm/utils.py": UTILS.replace(F0, F0_NEW)}, SUBJECTS[0])
+    commit_files(repo, {"vllm/big.py": BIG}, SUBJECTS[1])
+    last = BIG.replace("# 00399", "# 99399")  # its last line: written past the limit
+    commit_files(repo, {"vllm/big.py": last, "vllm/new.py": "NEW = 3\n"}, SUBJECTS[2])
+    ok(call("export"))
+    facts["good"] = fresh_apply(call, root)
+    facts["patches"] = patches(root)
+    shutil.rmtree(root / ".work")
+
+
+def _half_written_recover(call, root, facts):
+    """git died writing patch 3's big file, before its index: the file cut
+    short is the apply's own work, not the user's; a plain apply redoes it."""
+    cut = (work(root) / "vllm/big.py").read_bytes()
+    assert len(cut) <= BIG_LIMIT < len(BIG), len(cut)
+    res = ok(call("apply"))
+    assert "vllm/big.py" not in res.err, res.text
+
+
+def _download_setup(call, root, facts):
+    """The series exported, the pin moved to 0.0.2, whose sdist is on pip's
+    index (a folder of find-links) and not in the cache: apply downloads it
+    (its progress on the terminal)."""
+    make_series(call, root)
+    links = root.parent / "links"
+    sha = add_release(links, "0.0.2", BASE_FILES)
+    (links / "vllm-0.0.2.tar.gz").with_suffix(".sha256").unlink()  # pip reads the folder
+    scratch = root.parent / "scratch-0.0.2"
+    base.ensure_repo(scratch)
+    commit = base.import_sdist(scratch, links / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
+    base.write_pin(root, base.Pin("0.0.2", sha, commit))
+    shutil.rmtree(scratch)
+    shutil.rmtree(root / ".work")
+    facts["patches"] = patches(root)
+    facts["env"] = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(links),
+        **dict.fromkeys(("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_INDEX")),
+        "VLLM_SERIES_QUIET": None,  # the download child writes to the session's stderr
+    }
+
+
+def _download_check(call, root, facts):
+    repo = work(root)
+    assert series_head_subjects(repo, version="0.0.2") == SUBJECTS
+    assert g(repo, "status", "--porcelain") == ""
+    assert patches(root) == facts["patches"]
+    assert "matches patches/" in ok(call("status")).out
+    _no_leftovers(root, repo)
+
+
+# --- apply --force over the user's edit -------------------------------------------
+
+MINE = "print('mine')\n"
+
+
+def _your_edit_setup(call, root, facts):
+    """The series applied and exported; an edit of the user's in the work
+    tree, which apply --force stashes."""
+    repo = make_series(call, root)
+    (repo / "setup.py").write_text(MINE)
+    facts["head"], facts["patches"] = rev(repo, "HEAD"), patches(root)
+
+
+def _your_edit_check(call, root, facts):
+    repo = work(root)
+    assert series_head_subjects(repo) == SUBJECTS
+    assert g(repo, "status", "--porcelain") == "" and patches(root) == facts["patches"]
+    assert _in_a_stash_or_history(repo, MINE.strip())
+    _no_leftovers(root, repo)
 
 
 # --- export -------------------------------------------------------------------
@@ -552,6 +646,21 @@ CASES = {
     "apply, full disk": Case(
         "apply, full disk", ["apply"], _many_files_setup, _full_disk_recover, _apply_check
     ),
+    "apply, half-written patch": Case(
+        "apply, half-written patch",
+        ["apply"],
+        _half_written_setup,
+        _half_written_recover,
+        _apply_check,
+    ),
+    "apply, download": Case("apply, download", ["apply"], _download_setup, None, _download_check),
+    "apply --force, your edit": Case(
+        "apply --force, your edit",
+        ["apply", "--force"],
+        _your_edit_setup,
+        None,
+        _your_edit_check,
+    ),
     "apply --continue, your staged edit": Case(
         "apply --continue, your staged edit",
         ["apply", "--continue"],
@@ -610,6 +719,15 @@ KILLS = [
     ("apply, your staged edit", "in-git-am#3", "KILL", True, 860),
     ("apply, full disk", "git-checkout", "KILL", False, None),
     ("apply, full disk", "git-checkout", "INT", True, None),
+    # git am killed as it writes patch 3's files, before its index: what it
+    # wrote is the apply's own, not the user's.
+    ("apply, half-written patch", "in-git-am#3", "KILL", False, BIG_LIMIT),
+    ("apply, half-written patch", "in-git-am#3", "TERM", True, BIG_LIMIT),
+    # Ctrl-C as the sdist download child asks pip's index: the terminal sends
+    # it to the whole group, the child included.
+    ("apply, download", "download.asking", "INT", True, None),
+    ("apply, download", "download.asking", "KILL", True, None),
+    ("apply --force, your edit", "git-stash", "KILL", False, None),
     ("apply --continue", "git-am", "KILL", False, None),
     ("apply --continue, your staged edit", "in-git-am", "KILL", False, 820),
     ("apply --continue", "in-git-am", "KILL", False, 80),
@@ -666,7 +784,7 @@ _made: dict[str, tuple[Path, dict, Path]] = {}
 
 def _starting_point(name: str, tmp_path_factory, capsys, monkeypatch) -> tuple[Path, dict]:
     """The scenario's starting point (a toolkit root and its sdist cache),
-    made once per module; the cache is this test's."""
+    made once per module."""
     if name not in _made:
         folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", name))
         cache = folder / "cache" / "sdists"
@@ -681,7 +799,22 @@ def _starting_point(name: str, tmp_path_factory, capsys, monkeypatch) -> tuple[P
         _made[name] = (root, facts, cache)
     root, facts, cache = _made[name]
     monkeypatch.setenv("VLLM_SERIES_CACHE", str(cache.parent))
+    for var, value in facts.get("env", {}).items():
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, value)
     return root, facts
+
+
+def _copy(template: Path, tmp_path: Path, monkeypatch) -> Path:
+    """This test's copy of the starting point: its root, and its sdist cache
+    (what a download puts there is this test's)."""
+    root = tmp_path / "root"
+    shutil.copytree(template, root, symlinks=True)
+    shutil.copytree(template.parent / "cache", tmp_path / "cache", symlinks=True)
+    monkeypatch.setenv("VLLM_SERIES_CACHE", str(tmp_path / "cache"))
+    return root
 
 
 @pytest.mark.parametrize(
@@ -694,13 +827,97 @@ def test_a_killed_command_is_recovered(
 ):
     monkeypatch.setenv("VLLM_SERIES_QUIET", "1")
     template, facts = _starting_point(scenario, tmp_path_factory, capsys, monkeypatch)
-    root = tmp_path / "root"
-    shutil.copytree(template, root, symlinks=True)
+    root = _copy(template, tmp_path, monkeypatch)
     case = CASES[scenario]
-    killed(root, *case.argv, at=at, sig=sig, group=group, fsize=fsize)
+    res = killed(root, *case.argv, at=at, sig=sig, group=group, fsize=fsize)
+    assert "Traceback" not in res.text and "KeyboardInterrupt" not in res.text, res.text
     call = cli_caller(capsys, root)
     if case.recover is None:
         ok(call(*case.argv))
     else:
         case.recover(call, root, facts)
+    case.check(call, root, facts)
+
+
+# --- faults that are not kills: refused before anything moves --------------------
+
+
+@dataclass
+class Fault:
+    """A fault the user meets in a scenario's starting point, what the error
+    says, and how the user puts it right."""
+
+    scenario: str
+    make: Callable  # (call, root, facts) -> (the command's Result, undo: () -> None)
+    says: tuple[str, ...]  # in the one error line: what is wrong, where, the way on
+    unsaid: tuple[str, ...] = ()
+
+
+def _pin_cut(cut: Callable[[str], str]) -> Callable:
+    """pin.toml as ``cut`` leaves it (a write cut short, a value cut short);
+    putting it right is restoring it, as the error says."""
+
+    def make(call, root, facts) -> tuple[Result, Callable]:
+        path = root / "pin.toml"
+        text = path.read_text()
+        path.write_text(cut(text))
+        return call(*CASES[facts["scenario"]].argv), lambda: path.write_text(text)
+
+    return make
+
+
+def _read_only_work_tree(call, root, facts) -> tuple[Result, Callable]:
+    """The work tree mounted read-only (its git folder too): git stash fails
+    without a word of git's. The mount ends with the command."""
+    namespace_or_skip(root.parent)
+    repo = work(root)
+    mounts = f"mount --bind {repo} {repo} && mount -o remount,ro,bind {repo}"
+    return in_namespace(root, CASES[facts["scenario"]].argv, mounts), lambda: None
+
+
+def _nothing_moved(root: Path, facts: dict) -> None:
+    repo = work(root)
+    assert rev(repo, "HEAD") == facts["head"] and not backup_refs(repo)
+    assert (repo / "setup.py").read_text() == MINE
+    assert g(repo, "status", "--porcelain") == " M setup.py\n"
+    assert not g(repo, "stash", "list")
+    assert patches(root) == facts["patches"]
+
+
+FAULTS = {
+    "pin cut at a line": Fault(
+        "apply --force, your edit",
+        _pin_cut(lambda text: text[: text.index("commit =")]),
+        ("pin.toml", "base.commit is missing", "git checkout -- pin.toml", "nothing was changed"),
+    ),
+    "pin sha256 cut short": Fault(
+        "apply --force, your edit",
+        _pin_cut(lambda text: re.sub(r'(sha256 = "[0-9a-f]{20})[0-9a-f]*', r"\1", text)),
+        ("pin.toml", "base.sha256 must be 64 hex digits", "git checkout -- pin.toml"),
+    ),
+    "read-only work tree": Fault(
+        "apply --force, your edit",
+        _read_only_work_tree,
+        ("git stash push", ".work/vllm", "cannot be written", "run this again"),
+        unsaid=("exit status 1",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_a_fault_is_one_line_and_nothing_moves(
+    name, tmp_path, tmp_path_factory, capsys, monkeypatch
+):
+    monkeypatch.setenv("VLLM_SERIES_QUIET", "1")
+    fault = FAULTS[name]
+    template, facts = _starting_point(fault.scenario, tmp_path_factory, capsys, monkeypatch)
+    root = _copy(template, tmp_path, monkeypatch)
+    call = cli_caller(capsys, root)
+    res, undo = fault.make(call, root, {**facts, "scenario": fault.scenario})
+    line = error_line(res, *fault.says)
+    assert not any(word in line for word in fault.unsaid), line
+    _nothing_moved(root, facts)
+    undo()
+    case = CASES[fault.scenario]
+    ok(call(*case.argv))
     case.check(call, root, facts)

@@ -21,6 +21,8 @@ import signal
 import sys
 import time
 
+from serieskit import killpoint
+
 NOT_FOUND = 2
 UNREACHABLE = 3
 
@@ -87,6 +89,7 @@ def main(argv: list[str]) -> int:
         finder = cmd._build_package_finder(
             options=options, session=session, ignore_requires_python=True
         )
+        killpoint.reach("download.asking")  # the fault tests' Ctrl-C as pip asks its index
         found = [c.link for c in finder.find_all_candidates(name) if c.link.filename == filename]
         if not found:
             # pip's finder reads an unreachable index as an empty one: ask it once
