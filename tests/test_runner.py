@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -388,12 +389,14 @@ def test_a_file_cut_short_by_the_timeout_keeps_what_it_printed(tmp_path):
         "def test_slow():\n    time.sleep(60)\n"
     )
     # Room for pytest to start on a loaded machine; test_slow still outlives it.
-    outcome = runner.run_file(tree, "tests/test_slow.py", tmp_path, timeout=20)
+    outcome = runner.run_file(tree, "tests/test_slow.py", tmp_path, timeout=30)
     assert outcome.returncode == 124
     assert outcome.failures == ["tests/test_slow.py (pytest exit 124)"]
     # test_quick's progress mark (the log was empty: pytest's block-buffered
-    # output, and the bytes the timeout leaves, were dropped).
-    assert Path(outcome.log).read_text().lstrip().startswith(".")
+    # output, and the bytes the timeout leaves, were dropped); a line of
+    # warnings may come first on a loaded machine.
+    log = Path(outcome.log).read_text()
+    assert re.search(r"^\.", log, re.M), log
 
 
 # --- nox -s test -- PATCH-OR-FILE: which files a name gives --------------------
