@@ -131,7 +131,10 @@ def test_two_gpu_evidence_says_which_base_it_ran_on(root):
     text = blocks.series(evidence.Evidence(root))
     row = next(line for line in text.splitlines() if line.startswith("| `0002`"))
     assert "`test_dbo_tensor_parallel.py`: not run on one GPU" in row
-    assert "last run on vLLM 0.26.0: `test_dbo_tensor_parallel.py` 98 passed" in row
+    # A base other than the pin is said to be history.
+    assert (
+        "last run on vLLM 0.26.0 (an earlier base): `test_dbo_tensor_parallel.py` 98 passed" in row
+    )
     assert "A/B prefill -4.6 % (-5.1 % with the copy engine)" in row
     assert "(`ab.json`, `two.json`)" in row
 

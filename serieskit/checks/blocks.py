@@ -172,7 +172,7 @@ def _two_gpus(ev: Evidence, p: Patch) -> str:
         if run:
             runs.append(run)
             parts.append(_part(run, words, keys))
-    bases = sorted({version(r.base) or "base not recorded" for r in runs})
+    bases = sorted({version(r.base, ev.pin) or "base not recorded" for r in runs})
     lead = (
         f"last run on {', '.join(bases)}: " if runs and any(r.base != ev.pin for r in runs) else ""
     )
@@ -236,7 +236,7 @@ def runs(ev: Evidence) -> str:
             f"`{r.name}`",
             str(r.doc.get("kind")),
             str(r.machine.get("label") or r.machine.get("name")),
-            version(r.base) or "-",
+            version(r.base, ev.pin) or "-",
             str(r.machine.get("torch") or "-"),
             r.day,
             _changed_patches(ev, r),
@@ -277,7 +277,7 @@ def gpu_tests(ev: Evidence) -> str:
                     _test_name(ev, test),
                     counts(c),
                     str(r.machine.get("name")),
-                    version(r.base) or "-",
+                    version(r.base, ev.pin) or "-",
                     r.day,
                     f"`{r.name}`",
                     _against_head(ev, r, test),

@@ -39,6 +39,7 @@ class Run:
 
     path: str  # relative to the repository, e.g. "results/x.json"
     doc: dict
+    pin: str | None = None  # the base the docs are on (pin.toml), read with it
 
     @property
     def name(self) -> str:
@@ -100,7 +101,7 @@ class Run:
         m = self.machine
         parts = [
             m.get("label") or m.get("name") or "machine not recorded",
-            version(self.base),
+            version(self.base, self.pin),
             f"torch {m['torch']}" if m.get("torch") else None,
             self.day or None,
         ]
@@ -120,14 +121,19 @@ class Patch:
     lines: tuple[tuple[str, int], ...] = ()  # (file, lines the patch changes in it)
 
 
-def version(base: str | None) -> str | None:
-    """``vllm==0.33.0`` -> ``vLLM 0.33.0``; other bases as written."""
+def version(base: str | None, pin: str | None = None) -> str | None:
+    """``vllm==0.33.0`` -> ``vLLM 0.33.0``; other bases as written. Given the
+    pin, a release other than it is said to be an earlier base (history), so
+    that no text made from results names another release as the present."""
     if not base:
         return None
-    return "vLLM " + base.removeprefix("vllm==") if base.startswith("vllm==") else base
+    name = "vLLM " + base.removeprefix("vllm==") if base.startswith("vllm==") else base
+    if pin and base != pin and base.startswith("vllm=="):
+        return f"{name} (an earlier base)"
+    return name
 
 
-def _load(path: Path, root: Path) -> Run:
+def _load(path: Path, root: Path, pin: str | None = None) -> Run:
     rel = str(path.relative_to(root))
     try:
         doc = json.loads(path.read_text())
@@ -135,7 +141,7 @@ def _load(path: Path, root: Path) -> Run:
         raise ToolkitError(f"figures: {rel} is not readable JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ToolkitError(f"figures: {rel} is not a JSON object")
-    return Run(rel, doc)
+    return Run(rel, doc, pin)
 
 
 class Evidence:
@@ -145,8 +151,8 @@ class Evidence:
         self.root = root
         folder = root / RESULTS
         # Top level only: results/raw/ holds logs and per-call files behind them.
-        self.runs = [_load(p, root) for p in sorted(folder.glob("*.json"))]
         self.pin = _pin(root)
+        self.runs = [_load(p, root, self.pin) for p in sorted(folder.glob("*.json"))]
         self.patches, self.head = _patches(root)
 
     def named(self, name: str) -> Run:
@@ -157,7 +163,9 @@ class Evidence:
 
     def find(self, pattern: str) -> list[Run]:
         """Runs anywhere under results/ whose path matches the glob ``pattern``."""
-        return [_load(p, self.root) for p in sorted((self.root / RESULTS).glob(pattern))]
+        return [
+            _load(p, self.root, self.pin) for p in sorted((self.root / RESULTS).glob(pattern))
+        ]
 
     def gpu_runs(self) -> list[Run]:
         return [r for r in self.runs if r.gpus and r.doc.get("kind") != "external"]

@@ -281,7 +281,7 @@ def commands_table(ev: Evidence) -> str:
     else:
         labels = sorted({str(r.machine.get("label") or r.machine.get("name")) for r in used})
         cpu = all(label.startswith("CPU run (no GPU") for label in labels)
-        bases = sorted({version(r.base) or "base not recorded" for r in used})
+        bases = sorted({version(r.base, ev.pin) or "base not recorded" for r in used})
         days = sorted({r.day for r in used if r.day}) or ["date not recorded"]
         foot = (
             ("CPU runs (no GPU)" if cpu else "; ".join(labels))
