@@ -163,9 +163,7 @@ class Evidence:
 
     def find(self, pattern: str) -> list[Run]:
         """Runs anywhere under results/ whose path matches the glob ``pattern``."""
-        return [
-            _load(p, self.root, self.pin) for p in sorted((self.root / RESULTS).glob(pattern))
-        ]
+        return [_load(p, self.root, self.pin) for p in sorted((self.root / RESULTS).glob(pattern))]
 
     def gpu_runs(self) -> list[Run]:
         return [r for r in self.runs if r.gpus and r.doc.get("kind") != "external"]
