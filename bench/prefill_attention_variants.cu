@@ -24,22 +24,29 @@ namespace {
 
 // PrefillTraits<head dim, warps, row tiles per warp, keys per tile, CTAs per
 // SM, shared lookups, XOR addressing[, lazy max[, lookups ahead[, K and V
-// staged together]]]>. The shipped traits come first per head dim; the rest
+// staged together[, row sums]]]]>. The shipped traits come first per head dim; the rest
 // are the shapes that fit a Turing SM beside them: the shapes the shipped
 // ones replaced (head dim 64 without the block-table lookups a tile ahead,
-// head dim 256 with K and then V staged in one set of registers), the
-// lookups a tile ahead at head dims 128 and 256, the lazy max at head dim
+// head dim 256 with K and then V staged in one set of registers), each
+// shipped shape with its row sums of the unrounded probabilities (row sums
+// 0, as before kRowSums) and made by MMAs (2), the lookups a tile ahead at head dims 128 and 256, the lazy max at head dim
 // 128, and the previous revisions' 32-key tiles at head dim 64 and 8 warps
 // with 64-key tiles at head dim 128.
 #define SM75_VARIANTS(X)                                             \
   X(Hd64)                                                            \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true, false, 0>) \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true, false, 2>) \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true, true>)                \
   X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>)                \
   X(Hd128)                                                           \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 0>) \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 2>) \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, true>)              \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, true>)       \
   X(PrefillTraits<128, 8, 1, 64, 1, true, true>)                     \
   X(Hd256)                                                           \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, false, true, 0>) \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, false, true, 2>) \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true>)                     \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, true>)
 
@@ -113,6 +120,7 @@ struct Entry {
   int head_dim, warps, row_tiles, keys, ctas_per_sm, smem_bytes, rows;
   bool lookup_ahead, stage_kv, lazy_max, shared_lookups, xor_addressing,
       shipped;
+  int row_sums;
   cudaError_t (*attributes)(int*);
   cudaError_t (*run)(PagedPrefillAttentionParams, int, int64_t, cudaStream_t);
   cudaError_t (*auto_split)(const PagedPrefillAttentionParams&,
@@ -134,6 +142,7 @@ struct Entry {
         __VA_ARGS__::kSharedLookups,       \
         __VA_ARGS__::kXorAddressing,       \
         Variant<__VA_ARGS__>::shipped(),   \
+        __VA_ARGS__::kRowSums,             \
         &Variant<__VA_ARGS__>::attributes, \
         &Variant<__VA_ARGS__>::run,        \
         &Variant<__VA_ARGS__>::auto_split},
@@ -155,7 +164,8 @@ int sm75v_count() { return kCount; }
 // head dim, warps, row tiles per warp, keys per tile, CTAs per SM (the
 // launch bound), shared lookups, XOR addressing, shipped (those three 0 or
 // 1), dynamic shared bytes per CTA, K and V staged together, lazy max,
-// packed query rows per CTA, the lookups a tile ahead (those three 0 or 1);
+// packed query rows per CTA, the lookups a tile ahead (those three 0 or 1),
+// the row sums (PrefillTraits::kRowSums);
 // -1 for an index out of range.
 int sm75v_shape(int i, int* out) {
   if (i < 0 || i >= kCount) return -1;
@@ -173,6 +183,7 @@ int sm75v_shape(int i, int* out) {
   out[10] = e.lazy_max ? 1 : 0;
   out[11] = e.rows;
   out[12] = e.lookup_ahead ? 1 : 0;
+  out[13] = e.row_sums;
   return 0;
 }
 

@@ -134,9 +134,10 @@ def run_static(tree: Path) -> tuple[list[dict], dict]:
 
 
 def ragged_inputs(
-    torch, q_lens, ctx_lens, heads, kv_heads, page, hd, seed=0, device="cuda"
+    torch, q_lens, ctx_lens, heads, kv_heads, page, hd, seed=0, device="cuda", q_std=1.0
 ) -> dict:
-    """Requests on one shuffled page pool, random fp16 everywhere."""
+    """Requests on one shuffled page pool, random fp16 everywhere (queries
+    with standard deviation ``q_std``: 3 makes a sharp softmax)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     pages = [math.ceil((q + c) / page) for q, c in zip(q_lens, ctx_lens, strict=True)]
     pool = torch.empty((sum(pages) + 3, page, kv_heads, 2 * hd), dtype=torch.float16, device=device)
@@ -151,7 +152,10 @@ def ragged_inputs(
     for q in q_lens:
         cu.append(cu[-1] + q)
     return dict(
-        query=torch.randn((cu[-1], heads, hd), dtype=torch.float16, device=device, generator=gen),
+        query=(
+            torch.randn((cu[-1], heads, hd), dtype=torch.float32, device=device, generator=gen)
+            * q_std
+        ).half(),
         key_cache=pool[..., :hd],
         value_cache=pool[..., hd:],
         block_table=table,
@@ -188,6 +192,55 @@ def reference(torch, inp: dict, q_lens, ctx_lens):
             out[start : start + ql, h] = torch.softmax(sc, dim=-1) @ v[:, h // group]
         start += ql
     return out, lse
+
+
+def one_hot_queries(torch, inp: dict, q_lens, ctx_lens, gain: float = 600.0, seed: int = 1) -> None:
+    """Each query row made ``gain`` times one key it sees (a random one of
+    its causal range, from the pages): scores of about 10^4 in the log2
+    domain, a softmax that is one key."""
+    q, kc, table = inp["query"], inp["key_cache"], inp["block_table"]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    heads, kvh, page = q.shape[1], kc.shape[2], kc.shape[1]
+    start = 0
+    for i, (ql, ctx) in enumerate(zip(q_lens, ctx_lens, strict=True)):
+        for t in range(ql):
+            pos = int(torch.randint(0, ctx + t + 1, (1,), generator=gen))
+            key = kc[table[i, pos // page].long(), pos % page]  # (kv heads, hd)
+            q[start + t] = (key.float().repeat_interleave(heads // kvh, 0) * gain).half()
+        start += ql
+
+
+def check_sharp(torch, lib, vs: list[dict]) -> dict[str, dict]:
+    """Per shape, on sharp softmaxes (queries of std 3, and one-hot rows):
+    the largest error against float64 and its RMS, automatic split. The
+    shapes differ here in their row sums (kRowSums): the numbers that
+    show whether a dominant key's fp16 rounding reaches the output."""
+    out: dict[str, dict] = {}
+    for hd in sorted({v["head_dim"] for v in vs}):
+        for mode in ("std3", "one_hot"):
+            for q_lens, ctx_lens, heads, kvh, page in CHECKS:
+                inp = ragged_inputs(torch, q_lens, ctx_lens, heads, kvh, page, hd, seed=7, q_std=3.0)
+                if mode == "one_hot":
+                    one_hot_queries(torch, inp, q_lens, ctx_lens)
+                ref, _ = reference(torch, inp, q_lens, ctx_lens)
+                scratch = scratch_for(torch, inp["query"], len(q_lens), kvh)
+                for v in (v for v in vs if v["head_dim"] == hd):
+                    o = torch.full_like(inp["query"], float("nan"))
+                    lse = torch.empty((heads, o.shape[0]), dtype=torch.float32, device="cuda")
+                    launcher(torch, lib, v["index"], params_for(torch, inp, o, lse, scratch), 0)()
+                    torch.cuda.synchronize()
+                    err = (o.double() - ref).abs()
+                    w = out.setdefault(v["name"], {}).setdefault(
+                        mode, {"max_abs_err": 0.0, "sq": 0.0, "n": 0, "max_abs_ref": 0.0}
+                    )
+                    w["max_abs_err"] = max(w["max_abs_err"], err.max().item())
+                    w["max_abs_ref"] = max(w["max_abs_ref"], ref.abs().max().item())
+                    w["sq"] += (err**2).sum().item()
+                    w["n"] += err.numel()
+    for modes in out.values():
+        for w in modes.values():
+            w["rms_err"] = math.sqrt(w.pop("sq") / w.pop("n"))
+    return out
 
 
 def check_variants(torch, lib, vs: list[dict]) -> dict[str, dict]:
@@ -354,6 +407,10 @@ def run_gpu(
         for v in vs:
             v["check"] = checks[v["name"]]
             print(f"{v['name']:26s} check {v['check']}", flush=True)
+        for name, modes in check_sharp(torch, lib, vs).items():
+            v = next(v for v in vs if v["name"] == name)
+            v["check_sharp"] = modes
+            print(f"{name:26s} sharp {modes}", flush=True)
         good = [v for v in vs if v["check"]["ok"]]
         timed = time_variants(torch, lib, good, contexts, reps, ceiling["tflops"], queries)
         on = time_on_sms(torch, lib, good, sms, ceiling["tflops"]) if sms else []

@@ -98,6 +98,7 @@ def traits_key(shape: dict) -> tuple:
         + ((f"r{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
         + (("pf",) if shape.get("prefetch_l2") else ())
         + (("kv",) if shape.get("stage_kv") else ())
+        + ({0: ("fs",), 2: ("ms",)}.get(shape.get("row_sums", 1), ()))
     )
 
 
@@ -207,22 +208,24 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
     """Each shape the library holds: its traits and place in the list."""
     out = []
     for i in range(lib.sm75v_count()):
-        s = (ctypes.c_int * 13)()
+        s = (ctypes.c_int * 14)()
         lib.sm75v_shape(i, s)
         hd, warps, mtiles, keys, ctas, lookups, xor, shipped, smem, kv, lazy, rows = list(s)[:12]
-        ahead = s[12]
+        ahead, sums = s[12], s[13]
         out.append(
             {
                 "index": i,
                 # The savings only where they are off, the other options
                 # where on: hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0,
-                # hd64.w4m2k64c2.lz.a1, hd256.w8m1k16c1.kv.
+                # hd64.w4m2k64c2.lz.a1, hd256.w8m1k16c1.kv; .fs / .ms: the
+                # row sums of the unrounded probabilities / made by MMAs.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + (".lz" if lazy else "")
                 + (f".a{ahead}" if ahead else "")
-                + (".kv" if kv else ""),
+                + (".kv" if kv else "")
+                + {0: ".fs", 1: "", 2: ".ms"}.get(sums, f".sums{sums}"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
@@ -237,6 +240,7 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "rows_per_cta": rows,
                 "lookup_ahead": ahead,
                 "stage_kv": bool(kv),
+                "row_sums": sums,
             }
         )
     return out
