@@ -433,3 +433,17 @@ def changed_paths(repo: Path) -> list[str]:
     every untracked file (renames as both paths)."""
     out = git(repo, "status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all")
     return [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+
+
+def sent_bytes(root: Path) -> int:
+    """What a device call sends of the repository at ``root`` besides its
+    carried paths: the tracked files and the untracked ones git does not
+    ignore."""
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    paths = (root / p for p in listed.split("\0") if p)
+    return sum(p.lstat().st_size for p in paths if p.is_file() or p.is_symlink())

@@ -168,16 +168,14 @@ def test_a_load_over_the_limit_is_refused(tmp_path, cache, no_pip):
         overlay.pack_gpu(tree, tmp_path / "gpu", "9.1.0", "a", log=lambda *a: None)
 
 
-def test_core_module_in_pieces_that_each_fit_a_run(tmp_path, monkeypatch):
+def test_core_module_in_pieces_that_each_fit_a_run(tmp_path):
     # Larger than one run takes: cut in order over part1, part1-2, ...; the
     # pieces joined in name order are the module again (stage2.sh's cat).
-    small = dataclasses.replace(recipe.gpu(), piece_bytes=1000)
-    monkeypatch.setattr(recipe, "gpu", lambda: small)
     (tmp_path / "part1").mkdir()
     xz = tmp_path / "part1" / "core.so.xz"
     data = bytes(range(256)) * 10  # 2560 bytes: three pieces
     xz.write_bytes(data)
-    overlay._split_for_runs(xz, tmp_path)
+    overlay._split_for_runs(xz, tmp_path, 1000)
     pieces = sorted(tmp_path.glob("part1*/core.so.xz.*"), key=lambda p: p.name)
     assert [p.parent.name for p in pieces] == ["part1", "part1-2", "part1-3"]
     assert all(p.stat().st_size <= 1000 for p in pieces)
@@ -189,7 +187,7 @@ def test_core_module_that_fits_keeps_its_name(tmp_path):
     (tmp_path / "part1").mkdir()
     xz = tmp_path / "part1" / "core.so.xz"
     xz.write_bytes(b"x" * 100)
-    overlay._split_for_runs(xz, tmp_path)
+    overlay._split_for_runs(xz, tmp_path, recipe.gpu().piece_bytes)
     assert xz.read_bytes() == b"x" * 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part1"]
 
@@ -220,20 +218,18 @@ def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
     ]
 
 
-def test_wheels_that_outgrow_one_run_take_further_parts(tmp_path, monkeypatch):
+def test_wheels_that_outgrow_one_run_take_further_parts(tmp_path):
     downloaded = tmp_path / "wheels-download"
     made = {name: write_wheel(downloaded, name, "1.0", 2000) for name in "abc"}
     write_wheel(downloaded, "d", "1.0", 100)
     limit = made["a"].stat().st_size + made["b"].stat().st_size  # a and b fill a part
-    small = dataclasses.replace(recipe.gpu(), part_bytes=limit)
-    monkeypatch.setattr(recipe, "gpu", lambda: small)
-    overlay._wheel_parts(downloaded, tmp_path)
+    overlay._wheel_parts(downloaded, tmp_path, limit)
     parts = {p.parent.name: sorted(w.name[0] for w in p.iterdir()) for p in tmp_path.glob("*/whl")}
     assert parts == {"wheels": ["a", "b"], "wheels-2": ["c", "d"]}
     assert not downloaded.exists()
     write_wheel(downloaded, "huge", "1.0", limit)
     with pytest.raises(ToolkitError, match="huge-1.0-py3-none-any.whl is 0 MiB, over what one run"):
-        overlay._wheel_parts(downloaded, tmp_path / "again")
+        overlay._wheel_parts(downloaded, tmp_path / "again", limit)
 
 
 REAL_RUN = subprocess.run  # no_pip stands in for subprocess.run, the packing's

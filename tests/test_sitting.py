@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serieskit import results
-from serieskit.build import sitting
+from serieskit import git, results
+from serieskit.build import recipe, sitting
 from serieskit.errors import ToolkitError
 
 
@@ -50,9 +50,9 @@ def test_the_plan_carries_the_loads_in_the_fewest_calls(load):
     ]
     assert calls[2].carry == [".dev/gpu/part2", ".dev/gpu/MANIFEST.sha256", ".dev/gpu/part1-2"]
     assert calls[2].command == "export OUT; bash gpu/evidence.sh bench part1-2"
-    tree = sitting.tree_bytes(root)
+    tree = git.sent_bytes(root)
     assert 7 * 2**20 <= tree < 7 * 2**20 + 4096  # the tracked file and .gitignore
-    assert all(c.bytes <= sitting.CALL_BYTES - sitting.MARGIN for c in calls)
+    assert all(c.bytes <= recipe.CALL_BYTES - recipe.MARGIN for c in calls)
     assert calls[0].bytes == tree + 56 * 2**20 and calls[3].bytes == tree
     # The time a sitting may take, on the estimates.
     assert sitting.EXPECTED_S["start"] + sum(c.expected_s for c in calls) < sitting.SITTING_S
@@ -267,3 +267,17 @@ def test_collect_refuses_a_folder_without_returned_files(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ToolkitError, match="no evidence-STEP.tgz"):
         sitting.collect(tmp_path, [tmp_path / "empty"])
+
+
+def test_parts_shrink_to_the_room_a_call_leaves() -> None:
+    """The configured part and piece sizes are upper bounds: a working tree
+    that grew (results added by every sitting) lowers them, so a part and
+    the tree still fit one call."""
+    g = recipe.gpu()
+    assert recipe.fitted(g, 0) == g
+    tree = 30 * 2**20
+    small = recipe.fitted(g, tree)
+    room = recipe.CALL_BYTES - recipe.MARGIN - tree
+    assert small.part_bytes <= room and small.piece_bytes <= room
+    with pytest.raises(ToolkitError, match="too little room"):
+        recipe.fitted(g, 60 * 2**20)

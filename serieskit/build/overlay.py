@@ -23,7 +23,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from serieskit import files, results
+from serieskit import files, git, results
 from serieskit.build import recipe
 from serieskit.build.wheel_release import pack_release
 from serieskit.errors import ToolkitError, failed
@@ -54,11 +54,10 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
     return out
 
 
-def _split_for_runs(xz: Path, out: Path) -> None:
+def _split_for_runs(xz: Path, out: Path, piece: int) -> None:
     """Cut the compressed core module into pieces that one run each carries:
     ``NAME.xz.00`` in part1, ``NAME.xz.01`` in part1-2, ...; stage2 joins them
     in order. One piece keeps its name."""
-    piece = recipe.gpu().piece_bytes
     if xz.stat().st_size <= piece:
         return
     with xz.open("rb") as src:
@@ -71,11 +70,10 @@ def _split_for_runs(xz: Path, out: Path) -> None:
     xz.unlink()
 
 
-def _wheel_parts(downloaded: Path, out: Path) -> None:
+def _wheel_parts(downloaded: Path, out: Path, limit: int) -> None:
     """Move the downloaded wheels into parts of their own, each within what
     one run carries: ``wheels/whl`` first, then ``wheels-2/whl``, ... (in
     name order); gpu/stage1.sh keeps each in /tmp/keep/whl."""
-    limit = recipe.gpu().part_bytes
     part, used = 1, 0
     for whl in sorted(downloaded.glob("*.whl")):
         size = whl.stat().st_size
@@ -101,11 +99,13 @@ def pack_gpu(
     log=print,
     tree_id: str = "?",
     files: dict[str, str] | None = None,
+    tree_bytes: int = 0,
 ) -> None:
     """Write ``out/part1`` (and ``part1-2``, ...), ``out/wheels`` (and
     ``wheels-2``, ...) and ``out/part2`` for the runs on the GPU machine (what
-    they hold: overlays/gpu.toml)."""
-    gpu = recipe.gpu()
+    they hold: overlays/gpu.toml), each within what a call leaves beside a
+    working tree of ``tree_bytes``."""
+    gpu = recipe.fitted(recipe.gpu(), tree_bytes)
     wheel, wheel_sha = base.fetch(gpu.wheel.format(v=version), version, log=log)
     p1, p2 = out / "part1", out / "part2"
     # part1 depends on the wheel and the size of its pieces alone: made once.
@@ -123,7 +123,7 @@ def pack_gpu(
             xz = p1 / (Path(gpu.core).name + ".xz")
             with z.open(gpu.core) as src, lzma.open(xz, "wb", preset=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            _split_for_runs(xz, out)
+            _split_for_runs(xz, out, gpu.piece_bytes)
             source.write_text(made_from + "\n")
         with tarfile.open(p2 / "fa.tar.xz", "w:xz") as tar:
             for info in z.infolist():
@@ -190,7 +190,7 @@ def pack_gpu(
     )
     if proc.returncode != 0:
         raise failed("gpu: downloading the wheels the GPU image lacks", proc)
-    _wheel_parts(whl, out)
+    _wheel_parts(whl, out, gpu.part_bytes)
     for part in (*sorted(out.glob("part1*")), *sorted(out.glob("wheels*")), p2):
         size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
         log(f"gpu: {part} {size / 2**20:.1f} MiB")
@@ -253,5 +253,13 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
         block = results.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(
-            tree, dest, t.version, head, extra, log=log, tree_id=block["tree"], files=block["files"]
+            tree,
+            dest,
+            t.version,
+            head,
+            extra,
+            log=log,
+            tree_id=block["tree"],
+            files=block["files"],
+            tree_bytes=git.sent_bytes(t.root),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serieskit.errors import ToolkitError
@@ -114,6 +114,24 @@ def native() -> Native:
         full_arch_list=get("full.torch_cuda_arch_list"),
         full_env=tuple(sorted(get("full.env", dict).items())),
     )
+
+
+CALL_BYTES = 64 * 2**20  # what one device call carries, the working tree included
+MARGIN = 2**19  # kept free in every call
+# The results files a sitting writes into the tree before its later calls.
+RESULTS_HEADROOM = 2 * 2**20
+
+
+def fitted(g: Gpu, tree_bytes: int) -> Gpu:
+    """``g`` with parts and pieces no larger than what a call leaves beside
+    a working tree of ``tree_bytes`` (the config's sizes are upper bounds)."""
+    room = CALL_BYTES - MARGIN - RESULTS_HEADROOM - tree_bytes
+    if room < 8 * 2**20:
+        raise ToolkitError(
+            f"gpu: the working tree is {tree_bytes / 2**20:.1f} MiB: a device call "
+            f"({CALL_BYTES // 2**20} MiB) has too little room left for the GPU load's parts"
+        )
+    return replace(g, part_bytes=min(g.part_bytes, room), piece_bytes=min(g.piece_bytes, room))
 
 
 @functools.cache

@@ -11,18 +11,17 @@ import datetime
 import json
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import results
+from serieskit.build.recipe import CALL_BYTES, MARGIN
 from serieskit.errors import ToolkitError
+from serieskit.git import sent_bytes
 from serieskit.state import State
 
-CALL_BYTES = 64 * 2**20  # what one device call carries, the working tree included
-MARGIN = 2**19  # kept free in every call
 WARM_S = 30  # the machine is kept this long after a call
 SITTING_S = 15 * 60  # the GPU time a sitting may take from a cold machine, staging included
 # Before a sitting has been measured (results/sitting_*.json), each step's
@@ -76,19 +75,6 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def tree_bytes(root: Path) -> int:
-    """What a device call sends besides its carried paths: the tracked files
-    and the untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    paths = (root / p for p in listed.split("\0") if p)
-    return sum(p.lstat().st_size for p in paths if p.is_file() or p.is_symlink())
-
-
 def measured_steps(root: Path) -> dict[str, float]:
     """Seconds per step of the newest measured sitting (results/sitting_*.json),
     a whole one (that reached its `tests` call) before a step run again; the
@@ -115,7 +101,7 @@ def plan(root: Path, load: Path) -> list[Call]:
     if not (load / "part2").is_dir() or not (load / "MANIFEST.sha256").is_file():
         raise ToolkitError(f"evidence: no {load}/part2: run `nox -s overlay -- --gpu` first")
     rel = str(load.relative_to(root))
-    tree = tree_bytes(root)
+    tree = sent_bytes(root)
     room = CALL_BYTES - MARGIN - tree
 
     def number(p: Path) -> tuple[int, int]:
@@ -131,8 +117,8 @@ def plan(root: Path, load: Path) -> list[Call]:
         if size > room:
             raise ToolkitError(
                 f"evidence: {rel}/{part.name} is {size / 2**20:.1f} MiB; with the working tree "
-                f"({tree / 2**20:.1f} MiB) it is over what one call carries (64 MiB): lower "
-                "[machine] piece_mib or part_mib in overlays/gpu.toml and pack again"
+                f"({tree / 2**20:.1f} MiB) it is over what one call carries (64 MiB): pack "
+                "again (`nox -s overlay -- --gpu` sizes the parts to the room the tree leaves)"
             )
         fits = calls if part.name == "part1" else [*calls, last]
         home = next((c for c in fits if used[id(c)] + size <= room), None)
