@@ -177,17 +177,20 @@ def gemm_sweep(layer, marlin_args, checkpoint_args, out, groups, a, flush, figur
                 x, dq.nvfp4_dequant_marlin(*marlin_args, out=out, groups=groups)
             ),
             "cublas": lambda x=x: F.linear(x, w),
-            "op": lambda x=x: torch.ops.vllm.nvfp4_dequant_fp16_linear(
+            # The registered op as MarlinNvFp4LinearKernel calls it with
+            # kernel_config.nvfp4_marlin_prefill_dequant enabled: Marlin below
+            # its threshold, dequantization + cuBLAS from it.
+            "op": lambda x=x: torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply(
                 x,
                 layer.weight,
-                layer.weight_scale.view(torch.uint8),
-                g,
+                layer.weight_scale,
                 layer.weight_global_scale,
+                g,
                 None,
                 None,
                 n,
                 k,
-                1,
+                groups,
             ),
             # Upstream's emulation kernel as it serves a W4A4 layer, and its
             # weight dequantization alone with the same cuBLAS call.
@@ -238,7 +241,7 @@ def main() -> int:
 
     import triton
     from vllm.kernels.triton import nvfp4_marlin_dequant as dq
-    from vllm.model_executor.kernels.linear.nvfp4 import dequant_fp16  # the op
+    from vllm.model_executor.kernels.linear.nvfp4 import marlin as op_module  # the op
 
     cap = torch.cuda.get_device_capability()
     default_groups = dq.default_groups_per_program(cap)
@@ -376,7 +379,8 @@ def main() -> int:
         "layouts_bit_identical": layouts_agree,
         "gemm": gemm_rows,
         "seed_turing": SEED_TURING,
-        "op_module": dequant_fp16.__name__,
+        "op_module": op_module.__name__,
+        "op_min_tokens": op_module.PREFILL_DEQUANT_MIN_TOKENS,
     }
     doc = results.document(
         "bench",

@@ -28,7 +28,7 @@ set -euo pipefail
 # meanwhile: they run alone, in the bench call. TEST_GLOBS, longest first: the
 # rest, side by side (JOBS at a time), beside the smoke and serve runs.
 ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
-TEST_GLOBS=${TEST_GLOBS:-"tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_dequant_fp16.py
+TEST_GLOBS=${TEST_GLOBS:-"tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_marlin_prefill_dequant.py
   tests/kernels/quantization/test_nvfp4_marlin_dequant.py
   tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
   tests/v1/worker/test_dbo_tensor_parallel.py

@@ -85,7 +85,10 @@ ROUTES = {
     ],
     "Turing prefill attention": [r"The Turing prefill attention is off"],
     "TP prefill overlap": [r"Dual batch overlap is enabled"],
-    "NVFP4 dequant_fp16": [r"NVFP4 dequant_fp16:"],
+    "NVFP4 Marlin prefill dequantization": [
+        r"NVFP4 Marlin: batches of at least",
+        r"nvfp4_marlin_prefill_dequant needs fp16",
+    ],
     "csrc/sm7x ops": [
         r"this vLLM build has no host all-reduce ops",
         r"this vLLM build has no paged_prefill_attention_sm75",

@@ -95,9 +95,11 @@ case $step in
       tests/config/test_host_reduce_config.py
     ;;
   nvfp4)
-    # Item 2: the NVFP4 TP=2 greedy comparison, eager and compiled.
+    # Item 2: the NVFP4 GPU tests (one GPU each; the series has no TP=2
+    # NVFP4 test since the route became a mode of the Marlin kernel).
     need_tree
-    tests nvfp4_tp2 560 "tp2" tests/kernels/quantization/test_nvfp4_dequant_fp16.py
+    tests nvfp4 560 "" tests/kernels/quantization/test_nvfp4_marlin_prefill_dequant.py \
+      tests/kernels/quantization/test_nvfp4_marlin_dequant.py
     ;;
   overlap)
     # Item 2: the overlap's GPU tests but the compiled one: the micro-batches

@@ -14,7 +14,7 @@ every op of ``csrc/sm7x`` in ``torch.ops._C`` (by the wheel's module of them,
 the wheel has it; otherwise from their schemas with their
 fake implementations), the host all-reduce's fake accepting what the kernel
 takes and refusing a misaligned input under FakeTensorMode,
-and ``torch.ops.vllm.nvfp4_dequant_fp16_linear``. Prints one JSON line; a failed
+and ``torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply``. Prints one JSON line; a failed
 check exits with status 1 and its reason.
 """
 
@@ -79,10 +79,10 @@ def main(expected: str, prefix: Path, module: str) -> dict:
         else:
             fail("the host all-reduce's fake took a misaligned input")
 
-    import vllm.model_executor.kernels.linear.nvfp4.dequant_fp16  # noqa: F401
+    import vllm.model_executor.kernels.linear.nvfp4.marlin  # noqa: F401
 
-    if not hasattr(torch.ops.vllm, "nvfp4_dequant_fp16_linear"):
-        fail("torch.ops.vllm.nvfp4_dequant_fp16_linear is not registered")
+    if not hasattr(torch.ops.vllm, "nvfp4_marlin_prefill_dequant_apply"):
+        fail("torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply is not registered")
     return {
         "vllm": str(where),
         "versions": versions,

@@ -125,7 +125,7 @@ def verify_install(wheel: Path, log=print) -> dict:
         f"({times['install_s']:.1f} s); import vllm from it, version {expected}, "
         f"{len(report['ops'])} ops of csrc/sm7x registered "
         f"({how}), "
-        f"torch.ops.vllm.nvfp4_dequant_fp16_linear registered ({times['check_s']:.1f} s); "
+        f"torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply registered ({times['check_s']:.1f} s); "
         f"vllm --version: {shown} ({times['version_s']:.1f} s)"
     )
     return report

@@ -100,7 +100,6 @@ TWO_GPUS: dict[str, tuple[list[str], list[tuple[str, tuple[str, ...]]]]] = {
             ("A/B prefill {}", ("copy-engine.prefill_change_pct",)),
         ],
     ),
-    "nvfp4-sm7x-dequant": (["tests/kernels/quantization/test_nvfp4_dequant_fp16.py"], []),
 }
 SMOKE = "gpu/smoke.py"
 
