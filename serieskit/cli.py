@@ -17,7 +17,7 @@ from pathlib import Path
 
 from serieskit import files, git, results, status
 from serieskit.build import build, overlay, recipe, sitting, wheel
-from serieskit.checks import docs, figures, lint, names, runner, upstream_tests
+from serieskit.checks import docs, figures, lint, names, runner, stated, upstream_tests
 from serieskit.errors import ToolkitError
 from serieskit.pr import pr
 from serieskit.series import apply, base, export, resume, safety, series, target
@@ -172,6 +172,8 @@ def cmd_docs(args: argparse.Namespace, t: Target) -> None:
 
 def cmd_figures(args: argparse.Namespace, t: Target) -> None:
     figures.session(t.root, check_only=args.check, record=args.record_ci, timing=args.record_timing)
+    if args.check:
+        stated.session(t.root)
 
 
 def cmd_lint(args: argparse.Namespace, t: Target) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
-from serieskit.checks import lint, names
+from serieskit.checks import lint, names, stated
 from serieskit.errors import ToolkitError
 from serieskit.pr import bodycheck, claims, duplicates, mainline, prbody
 from serieskit.pr.branches import (
@@ -327,6 +327,8 @@ def session(
     # names the code has left behind (serieskit/checks/names.py).
     gone = names.check(t, tree, state.base)
     failed += [f"names: {p}" for p in gone]
+    # Figures the texts state that their cited results files do not hold.
+    failed += [f"figures: {p}" for p in stated.check(root, stated.pr_texts(root), cite=True)]
     if gone and not (check or push):
         log(f"pr: {len(gone)} name(s) in code format that the code lacks (--check lists them)")
     if examples:
