@@ -219,7 +219,9 @@ def check_sharp(torch, lib, vs: list[dict]) -> dict[str, dict]:
     for hd in sorted({v["head_dim"] for v in vs}):
         for mode in ("std3", "one_hot"):
             for q_lens, ctx_lens, heads, kvh, page in CHECKS:
-                inp = ragged_inputs(torch, q_lens, ctx_lens, heads, kvh, page, hd, seed=7, q_std=3.0)
+                inp = ragged_inputs(
+                    torch, q_lens, ctx_lens, heads, kvh, page, hd, seed=7, q_std=3.0
+                )
                 if mode == "one_hot":
                     one_hot_queries(torch, inp, q_lens, ctx_lens)
                 ref, _ = reference(torch, inp, q_lens, ctx_lens)
