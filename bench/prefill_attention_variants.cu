@@ -30,8 +30,9 @@ namespace {
 // ahead, head dim 256 with K and then V staged in one set of registers), each
 // shipped shape with the other row sums (kRowSums 0: of the unrounded
 // probabilities, as before; 1: unpacked and added; 2: by MMAs), the lookups a
-// tile ahead at head dims 128 and 256, the lazy max at head dim 128, and the previous revisions'
-// 32-key tiles at head dim 64 and 8 warps with 64-key tiles at head dim 128.
+// tile ahead at head dims 128 and 256, the lazy max at head dim 128, and the
+// previous revisions' 32-key tiles at head dim 64 and 8 warps with 64-key tiles
+// at head dim 128.
 #define SM75_VARIANTS(X)                                                  \
   X(Hd64)                                                                 \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true, false, 0>)     \
