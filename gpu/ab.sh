@@ -5,5 +5,6 @@
 set -euo pipefail
 root=/tmp/vllm-run
 [ -d "$root/src/vllm" ] || { echo "error: run gpu/stage2.sh first (no $root)"; exit 1; }
-export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+# gpu/site: the overlay loads its module of the series' ops (sitecustomize.py).
+export PYTHONPATH=$root/src:$root/site:$PWD/gpu/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 python3 e2e/ab.py "$@"

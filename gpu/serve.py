@@ -20,7 +20,8 @@ rest are skipped:
 4. from that folder alone (its requirements from the image and stage2's
    wheels): the package's place and version, ``vllm --version``, and
    the csrc/sm7x ops registered (vllm._sm7x_C_stable_libtorch, imported by
-   the platform) with a kernel image for this GPU (their probes);
+   the wheel's vLLM general plugin, overlays/vllm_sm7x_loader.py) with a
+   kernel image for this GPU (their probes);
 5. the small Qwen3-shaped checkpoint of the A/B harness (e2e/models.py:
    written here, nothing downloaded);
 6. ``vllm serve`` with the command line of a Turing pair (docs/serve-on-turing.md)
@@ -96,12 +97,14 @@ ROUTES = {
 }
 MODULE_CHECK = """
 import json, torch
-from vllm import _sm7x_ops  # imports the platform's kernels
-loaded = _sm7x_ops.has_op("host_reduce_probe")
+from vllm.plugins import load_general_plugins
+load_general_plugins()  # the wheel's loader of its module, as vLLM's processes call it
+import vllm._custom_ops  # the platform's kernels and the ops' fakes
+loaded = hasattr(torch.ops._C, "host_reduce_probe")
 probes = {}
 if loaded:
     for name in ("host_reduce_probe", "paged_prefill_attention_sm75_probe"):
-        probes[name] = str(_sm7x_ops.op(name)(0)) or "ok: a kernel image for this device"
+        probes[name] = getattr(torch.ops._C, name)(0) or "ok: a kernel image for this device"
 print(json.dumps({"loaded": loaded, "probes": probes,
                   "capability": list(torch.cuda.get_device_capability(0))}))
 """

@@ -11,7 +11,8 @@ set -euo pipefail
 part2=${PART2:-.dev/gpu/part2}
 root=/tmp/vllm-run
 bash gpu/assemble.sh "$root" "$part2" /tmp/keep
-export PYTHONPATH=$root/src:$root/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+# gpu/site: the overlay loads its module of the series' ops (sitecustomize.py).
+export PYTHONPATH=$root/src:$root/site:$PWD/gpu/site VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 if [ "${BUILD:-1}" != 0 ] && [ -d "$root/src/csrc/sm7x" ]; then
   python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link \

@@ -61,7 +61,8 @@ need_tree() {
       "(.dev/gpu/part1, part1-2, wheels) and bash gpu/two_gpu.sh build first"
     exit 1
   }
-  export PYTHONPATH=$root/src:$root/site
+  # gpu/site: the overlay loads its module of the series' ops (sitecustomize.py).
+  export PYTHONPATH=$root/src:$root/site:$PWD/gpu/site
 }
 
 # NAME CAP SELECT FILE...: the series' test files into $OUT/NAME.json and

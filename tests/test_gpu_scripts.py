@@ -417,4 +417,8 @@ def test_the_sittings_scripts_import_what_the_series_has():
         for op in re.findall(r"torch\.ops\.vllm\.(\w+)", source):
             assert re.search(rf'"{op}\b|\b{op}\(', text), f"{path}: op {op} is not the series'"
             checked += 1
+        # The series' ops in torch.ops._C that a script names (gpu/serve.py's probes).
+        for op in set(re.findall(r'"((?:host_reduce|paged_prefill_attention_sm75)\w*)"', source)):
+            assert f'm.def("{op}(' in text, f"{path}: op {op} is not the series'"
+            checked += 1
     assert checked >= 4

@@ -4,6 +4,7 @@ machine's scripts (gpu/stage1.sh, gpu/assemble.sh) laying them out."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import lzma
 import os
 import subprocess
@@ -62,6 +63,13 @@ def test_overlay_copies_the_python_tree_and_the_built_module(tmp_path):
     assert (out / "vllm/sub/mod.py").read_text() == "Y = 2\n"
     assert not (out / "vllm/__pycache__").exists()
     assert (out / "vllm/_sm7x_C.abi3.so").read_text() == "fresh\n"  # the built one, not the tree's
+    # its loader, declared as a vLLM general plugin where PYTHONPATH finds it
+    assert (out / "vllm_sm7x_loader.py").read_bytes() == overlay.LOADER.read_bytes()
+    (dist,) = importlib.metadata.distributions(path=[str(out)])
+    eps = dist.entry_points
+    assert [(e.group, e.name, e.value) for e in eps] == [
+        ("vllm.general_plugins", "sm7x_ops", "vllm_sm7x_loader:register")
+    ]
 
 
 def write_wheel(folder: Path, name: str, version: str, size: int = 0) -> Path:

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import commit_file, quiet
 from serieskit import cli, git, results
-from serieskit.build import build, recipe, wheel, wheel_release, wheel_tree, wheel_verify
+from serieskit.build import build, overlay, recipe, wheel, wheel_release, wheel_tree, wheel_verify
 from serieskit.errors import ToolkitError
 from serieskit.series import apply, base, export, series
 from serieskit.state import State
@@ -184,6 +184,9 @@ def test_wheel_is_the_release_plus_the_series(series_root, release):
     info = json.loads(z.read("vllm/_series.json"))
     assert info["version"] == version and info["series"]["commit"] == head
     assert info["sm7x_C"] is None and info["released_wheel"]["omitted"] == []
+    # no module, so no loader of it and no plugin entry point
+    assert "vllm_sm7x_loader.py" not in names
+    assert b"vllm.general_plugins" not in z.read(f"vllm-{version}.dist-info/entry_points.txt")
     assert info["released_wheel"]["sha256"] == base.sha256_of(release)
     assert f"__version__ = version = {version!r}" in z.read("vllm/_version.py").decode()
     assert (
@@ -411,6 +414,13 @@ def test_the_module_goes_in_and_is_reused(series_root, release, linker):
     assert info["archs"] == ["sm_75"] and info["ptx"] == "compute_75"
     assert info["torch"] == "2.11.0+cu130"
     assert info["sha256"] == hashlib.sha256(z.read(wheel_tree.module_file())).hexdigest()
+    # vLLM imports no such module: the wheel's own loader, a vLLM general plugin, does
+    assert z.read("vllm_sm7x_loader.py") == overlay.LOADER.read_bytes()
+    dist_info = out.name.split("-cp38")[0] + ".dist-info"
+    entry_points = z.read(f"{dist_info}/entry_points.txt").decode()
+    assert "[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n" in entry_points
+    assert entry_points.endswith("[vllm.general_plugins]\nsm7x_ops = vllm_sm7x_loader:register\n")
+    assert z.read(f"{dist_info}/top_level.txt") == b"vllm\nvllm_sm7x_loader\n"
     # the same sources and toolchain: the module is reused, not linked again
     wheel.session(series_root, ptx=True, log=quiet)
     assert len(linker) == 1

@@ -31,9 +31,32 @@ from serieskit.series import base, series, target
 from serieskit.series.target import Target
 from serieskit.state import State
 
+# The toolkit's loader of the series' module (overlays/vllm_sm7x_loader.py):
+# vLLM imports no module that its own build does not produce, so the overlay
+# and the wheel declare the loader as a vLLM general plugin in a dist-info.
+LOADER = Path(__file__).resolve().parents[2] / "overlays" / "vllm_sm7x_loader.py"
+LOADER_DIST_INFO = "vllm_sm7x_loader-1.0.dist-info"
+PLUGIN_GROUP = "vllm.general_plugins"
+
+
+def loader_entry_points() -> str:
+    """The ``entry_points.txt`` lines that make vLLM call the loader."""
+    return f"[{PLUGIN_GROUP}]\nsm7x_ops = vllm_sm7x_loader:register\n"
+
+
+def loader_files() -> dict[str, bytes]:
+    """The loader and its dist-info, by their paths beside ``vllm/``."""
+    meta = "Metadata-Version: 2.1\nName: vllm-sm7x-loader\nVersion: 1.0\n"
+    return {
+        LOADER.name: LOADER.read_bytes(),
+        f"{LOADER_DIST_INFO}/METADATA": meta.encode(),
+        f"{LOADER_DIST_INFO}/entry_points.txt": loader_entry_points().encode(),
+    }
+
 
 def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) -> Path:
-    """Copy the patched ``vllm/`` package (and the built module) to ``out``."""
+    """Copy the patched ``vllm/`` package (and the built module, with the
+    loader that registers it as a vLLM plugin) to ``out``."""
     dest = out / "vllm"
     # Made beside it, then swapped in: a kill never leaves half an overlay there.
     files.clear_leftovers(out)
@@ -46,6 +69,9 @@ def build_overlay(tree: Path, out: Path, module: Path | None = None, log=print) 
         dest.rename(old)
     new.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
+    for name, data in loader_files().items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
     log(
         f"overlay: {out} ({sum(1 for _ in dest.rglob('*.py'))} Python files"
         + (f", {module.name}" if module is not None and module.exists() else "")
@@ -149,6 +175,12 @@ def pack_gpu(
                     arcname=path,
                     filter=lambda ti: None if "__pycache__" in ti.name else ti,
                 )
+        # The loader of the module that gpu/stage2.sh builds there, as in
+        # build_overlay: $root/src, where these land, is on PYTHONPATH.
+        for name, data in loader_files().items():
+            info_ = tarfile.TarInfo(name)
+            info_.size = len(data)
+            tar.addfile(info_, io.BytesIO(data))
         # What the results files name (serieskit.results): the commit, the
         # tree (the content, whatever the commit ids), the release it sits on
         # and the blob of every file the series changes.
@@ -249,7 +281,8 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
     if gpu:
         head = State.load(t).head or "?"
         tests = series.test_files(t)
-        extra = ["csrc/sm7x", *tests, *test_helpers(tree, tests)]
+        # csrc/torch_utils.h: the bindings' stream helper, vLLM's own.
+        extra = ["csrc/sm7x", "csrc/torch_utils.h", *tests, *test_helpers(tree, tests)]
         block = results.series_block(tree, State.load(t).base or "", head, t.version)
         dest = t.root / ".dev" / (f"gpu-{t.version}" if t.port else "gpu")
         pack_gpu(

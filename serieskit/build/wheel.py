@@ -58,6 +58,7 @@ from typing import BinaryIO
 
 from serieskit import git
 from serieskit.build import build, recipe
+from serieskit.build.overlay import LOADER, loader_entry_points
 from serieskit.build.wheel_release import (
     DIST_INFO_FILES,
     Entry,
@@ -343,6 +344,9 @@ def assemble(
                 "changed since): run the session again"
             )
         entries[module_file()] = Entry.of(module_file(), data, 0o755)
+        # vLLM imports no such module: the toolkit's loader does, as a vLLM
+        # general plugin that the dist-info's entry_points.txt declares.
+        entries[LOADER.name] = Entry.of(LOADER.name, LOADER.read_bytes())
     note = (
         f"**This wheel is vLLM {rel.version} with the Turing / no-P2P prefill series**, "
         f"series commit {commit} (vllm/_series.json), assembled by the series toolkit from "
@@ -357,10 +361,16 @@ def assemble(
     )
     dist_info = f"vllm-{version}.dist-info"
     ordered = [entries[k] for k in sorted(entries)]
+    own = dict(source.meta)
+    if module is not None:
+        own["entry_points.txt"] = (
+            own["entry_points.txt"].rstrip(b"\n") + b"\n\n" + loader_entry_points().encode()
+        )
+        own["top_level.txt"] = own["top_level.txt"].rstrip(b"\n") + b"\nvllm_sm7x_loader\n"
     meta = [
         Entry.of(f"{dist_info}/METADATA", metadata(source.meta["METADATA"], version, note)),
         Entry.of(f"{dist_info}/WHEEL", wheel_file(tags)),
-        *(Entry.of(f"{dist_info}/{n}", source.meta[n]) for n in DIST_INFO_FILES if n != "METADATA"),
+        *(Entry.of(f"{dist_info}/{n}", own[n]) for n in DIST_INFO_FILES if n != "METADATA"),
     ]
     ordered += meta
     record = Entry.of(f"{dist_info}/RECORD", record_file(ordered, f"{dist_info}/RECORD"))

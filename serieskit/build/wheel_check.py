@@ -9,12 +9,13 @@ its requirements.
 Checks that vLLM is imported from ENVIRONMENT, that its version (package
 metadata and ``vllm.__version__``) is the wheel's, that ``vllm/_series.json``
 names the same version, and that the series' ops register on this machine:
-every op of ``csrc/sm7x`` in ``torch.ops._C`` (by the wheel's module of them,
-``vllm/MODULE``, imported as ``CudaPlatform.import_kernels`` imports it, where
-the wheel has it; otherwise from their schemas with their
-fake implementations), the host all-reduce's fake accepting what the kernel
-takes and refusing a misaligned input under FakeTensorMode,
-and ``torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply``. Prints one JSON line; a failed
+every op of ``csrc/sm7x`` in ``torch.ops._C`` where the wheel has their
+module (``vllm/MODULE``), none where it has not, through the toolkit's
+loader that the wheel declares as a vLLM general plugin (called here as vLLM
+calls it, ``load_general_plugins``); the host all-reduce's fake checks
+(``vllm._custom_ops``) accepting what the kernel takes and refusing a
+misaligned input under FakeTensorMode; and
+``torch.ops.vllm.nvfp4_marlin_prefill_dequant_apply``. Prints one JSON line; a failed
 check exits with status 1 and its reason.
 """
 
@@ -25,6 +26,22 @@ import importlib.metadata
 import json
 import sys
 from pathlib import Path
+
+# The ops of csrc/sm7x (their bindings: host_reduce_ops.cpp,
+# paged_prefill_attention_sm75_ops.cpp).
+OPS = [
+    "host_reduce_probe",
+    "host_reduce_probe_copy_engine",
+    "host_reduce_segment_bytes",
+    "host_reduce_open",
+    "host_reduce_close",
+    "host_reduce_error",
+    "host_reduce_kernel",
+    "host_reduce_copy_engine",
+    "paged_prefill_attention_sm75_probe",
+    "paged_prefill_attention_sm75_scratch_numel",
+    "paged_prefill_attention_sm75",
+]
 
 
 def fail(reason: str) -> None:
@@ -50,27 +67,29 @@ def main(expected: str, prefix: Path, module: str) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    # The platform imports the module on CUDA machines only; this one may
-    # have no GPU, so the check imports it itself.
     loaded = (where / f"{module}.abi3.so").exists()
-    if loaded:
-        importlib.import_module(f"vllm.{module}")
-    from vllm import _sm7x_ops
+    plugins = [
+        e.value
+        for e in importlib.metadata.entry_points(group="vllm.general_plugins")
+        if e.value.startswith("vllm_sm7x_loader:")
+    ]
+    if plugins != (["vllm_sm7x_loader:register"] if loaded else []):
+        fail(f"the loader's entry point {plugins} does not match the module (present: {loaded})")
+    from vllm.plugins import load_general_plugins
 
-    unbuilt = [name for name in _sm7x_ops.SCHEMAS if not _sm7x_ops.has_op(name)]
-    if loaded and unbuilt:
-        fail(f"ops the wheel's module does not register: {unbuilt}")
-    _sm7x_ops.define_schemas()  # the ops without kernels, where none is built
+    load_general_plugins()
+    from vllm import _custom_ops as ops
+
     namespace = torch.ops._C
-    missing = [name for name in _sm7x_ops.SCHEMAS if not hasattr(namespace, name)]
-    if missing:
-        fail(f"ops of csrc/sm7x not registered: {missing}")
+    registered = [name for name in OPS if hasattr(namespace, name)]
+    if registered != (OPS if loaded else []):
+        fail(f"ops of csrc/sm7x registered: {registered}, the wheel's module present: {loaded}")
     with FakeTensorMode():
         inp = torch.empty(64, dtype=torch.float16, device="cuda")
         out = torch.empty_like(inp)
-        namespace.host_reduce_kernel(0, inp, out)
+        ops._host_reduce_check_pair(inp, out)
         try:
-            namespace.host_reduce_kernel(0, inp[1:], out[1:])
+            ops._host_reduce_check_pair(inp[1:], out[1:])
         except RuntimeError as e:
             if "aligned" not in str(e):
                 fail(
@@ -87,7 +106,7 @@ def main(expected: str, prefix: Path, module: str) -> dict:
         "vllm": str(where),
         "versions": versions,
         "extension_loaded": loaded,
-        "ops": sorted(_sm7x_ops.SCHEMAS),
+        "ops": registered,
         "torch": torch.__version__,
     }
 
