@@ -41,7 +41,7 @@ namespace {
   X(PrefillTraits<64, 4, 2, 32, 2, true, true, true>)                     \
   X(Hd128)                                                                \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 0>) \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 1>) \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 2>) \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, true>)                   \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, true>)            \
   X(PrefillTraits<128, 8, 1, 64, 1, true, true>)                          \
