@@ -31,7 +31,7 @@ ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
 TEST_GLOBS=${TEST_GLOBS:-"tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_marlin_prefill_dequant.py
   tests/kernels/quantization/test_nvfp4_marlin_dequant.py
   tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
-  tests/v1/worker/test_dbo_tensor_parallel.py
+  tests/distributed/test_dbo_tensor_parallel.py tests/v1/worker/test_dbo_tensor_parallel.py
   tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"}
 JOBS=${JOBS:-4}
 # The smoke and serve runs' attention backend (TRITON_TURING_ATTN serves only

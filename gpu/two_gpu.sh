@@ -75,7 +75,7 @@ tests() {
   bounded "$t" python3 gpu/run_tests.py "$root/src" "$OUT/$name.json" ${select:+-k "$select"} "$@"
 }
 
-overlap=tests/v1/worker/test_dbo_tensor_parallel.py
+overlap=tests/distributed/test_dbo_tensor_parallel.py
 arms=(e2e/arms/reference.json e2e/arms/copy_engine.json e2e/arms/overlap.json
   e2e/arms/overlap_copy_engine.json)
 case $step in
@@ -106,12 +106,12 @@ case $step in
     # Item 2: the overlap's GPU tests but the compiled one: the micro-batches
     # on one GPU, greedy at TP=2 with and without DBO, eager.
     need_tree
-    tests overlap 560 "gpu and not compiled" "$overlap"
+    tests overlap 560 "not compiled" "$overlap"
     ;;
   compiled)
     # Item 2: greedy at TP=2 under torch.compile, decode in CUDA graphs.
     need_tree
-    tests overlap_compiled 560 "gpu and compiled" "$overlap"
+    tests overlap_compiled 560 "compiled" "$overlap"
     ;;
   e2e1)
     # Item 3, round 1: the checkpoint written, a warm boot, the arms in order.

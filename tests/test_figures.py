@@ -61,7 +61,7 @@ def root(tmp_path) -> Path:
     (p / "manifest.toml").write_text(
         f'[[patch]]\nname = "kernel-op"\ntests = ["{TEST}"]\n\n'
         '[[patch]]\nname = "tp-prefill-overlap"\n'
-        'tests = ["tests/v1/worker/test_dbo_tensor_parallel.py"]\n'
+        'tests = ["tests/distributed/test_dbo_tensor_parallel.py"]\n'
     )
     # An older file on the pin, a newer one on the old base, and the newest on the pin.
     write_run(
@@ -94,7 +94,7 @@ def root(tmp_path) -> Path:
         base="vllm==0.26.0",
         machine=H200X2,
         date="2025-12-01",
-        test_files={"tests/v1/worker/test_dbo_tensor_parallel.py": counts(98)},
+        test_files={"tests/distributed/test_dbo_tensor_parallel.py": counts(98)},
     )
     write_run(
         tmp_path,
@@ -146,10 +146,10 @@ def test_on_one_day_the_run_with_more_tests_wins(root):
         base="vllm==0.26.0",
         machine=H200X2,
         date="2025-12-01",
-        test_files={"tests/v1/worker/test_dbo_tensor_parallel.py": counts(60)},
+        test_files={"tests/distributed/test_dbo_tensor_parallel.py": counts(60)},
     )
     ev = evidence.Evidence(root)
-    run = ev.with_tests("tests/v1/worker/test_dbo_tensor_parallel.py", gpus=2)
+    run = ev.with_tests("tests/distributed/test_dbo_tensor_parallel.py", gpus=2)
     assert run is not None and run.name == "two.json"
 
 

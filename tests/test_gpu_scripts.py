@@ -238,8 +238,10 @@ def test_evidence_builds_in_one_line_as_the_other_recipes():
 
 def test_evidence_runs_every_single_gpu_test_file_of_the_series():
     """The globs select the test files of every patch but the micro-batch
-    abort's (it needs no GPU), each glob at least one; the files run alone
-    are the ones whose engines profile memory."""
+    abort's (its GPU case sits in upstream's test_gpu_ubatch_slicing.py, whose
+    other cases read a model config from the hub: it runs by node id), each
+    glob at least one; the files run alone are the ones whose engines profile
+    memory."""
     import fnmatch
 
     text = EVIDENCE.read_text()

@@ -82,7 +82,7 @@ TWO_GPUS: dict[str, tuple[list[str], list[tuple[str, tuple[str, ...]]]]] = {
         ],
     ),
     "tp-prefill-overlap": (
-        ["tests/v1/worker/test_dbo_tensor_parallel.py"],
+        ["tests/distributed/test_dbo_tensor_parallel.py"],
         [
             (
                 "A/B prefill {} ({} with the copy engine)",
