@@ -74,8 +74,9 @@ def figure_values(doc: dict) -> list[float]:
 
 
 def _matches(value: float, digits: int, held: Iterable[float], scales: Iterable[float]) -> bool:
+    # A change is written by its size ("41.9 % shorter" for -41.9).
     half = 0.5 * 10**-digits + 1e-9
-    return any(abs(v * s - value) <= half for v in held for s in scales)
+    return any(abs(abs(v * s) - value) <= half for v in held for s in scales)
 
 
 def _ratios(values: list[float]) -> list[float]:
