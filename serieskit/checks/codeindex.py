@@ -22,6 +22,7 @@ from serieskit.errors import ToolkitError
 TREE_CODE = ("vllm/", "csrc/", "tests/", "tools/", "setup.py", "CMakeLists.txt", "cmake/")
 TOOLKIT_CODE = (
     "serieskit/",
+    "overlays/",
     "noxfile.py",
     "bench/",
     "e2e/",

@@ -12,7 +12,10 @@ Numbers the claim gives without a unit (counts, dates, sizes of inputs) are
 not read. In the pull requests' texts (overviews, RFC drafts) a claim that
 states a measured figure (a time, a percentage, a bandwidth, a rate, a
 ratio) must cite the results file it is from; ``pr --check`` and
-``figures --check`` run this check.
+``figures --check`` run this check. A PR text cites its files in an HTML
+comment (``<!-- evidence: results/NAME.json -->``): the body sent upstream
+leaves comments out (serieskit/pr/prbody.py), as the files are the series'
+evidence, not the tree's.
 """
 
 from __future__ import annotations
@@ -126,7 +129,8 @@ def check_text(root: Path, path: Path, cite: bool = False) -> list[str]:
             if cite and measured:
                 out.append(
                     f"{rel}:{line}: states {', '.join(f'`{x}`' for x in measured)} "
-                    "without citing the results file it is from (results/NAME.json)"
+                    "without citing the results file it is from "
+                    "(<!-- evidence: results/NAME.json -->)"
                 )
             continue
         docs = [json.loads((root / "results" / n).read_text()) for n in names]

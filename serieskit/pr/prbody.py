@@ -50,6 +50,9 @@ class Context:
 def hand_text(root: Path, path: str) -> dict[str, str]:
     """The group's hand-written file: its ``## Overview``, ``## Claims``, ``## Details``."""
     text = (root / path).read_text() if (root / path).is_file() else ""
+    # Its comments name the results files its figures are from, for
+    # serieskit/checks/stated.py: evidence of the series, not of the PR.
+    text = re.sub(r"[ \t]*<!--.*?-->", "", text, flags=re.S)
     parts = HEADING.split(text)
     return {h.strip().lower(): t.strip() for h, t in zip(parts[1::2], parts[2::2], strict=True)}
 
