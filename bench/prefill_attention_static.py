@@ -61,8 +61,8 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     accumulators, "ov": df72e25's overlapped loop, "lz": the softmax's lazy
     max, "a1" / "a2": the block-table lookups a tile ahead, "r2": the key
     loop unrolled by two tiles, in the builds of 2026-12-02 that had it,
-    "kv": the next tile's K and V staged together, "fs" / "ms": the row
-    sums of the unrounded probabilities / made by MMAs). So a
+    "kv": the next tile's K and V staged together, "rs" / "ms": the row
+    sums of the rounded probabilities / made by MMAs). So a
     shipped shape has the same traits in every revision. The dropped sweep
     options (the ping-pong, steps per tile) are named in their sweeps'
     results files, never parsed again from a build."""
@@ -75,8 +75,8 @@ def traits_of(function: str) -> tuple[int | str, ...] | None:
     if kinds in ("bbb", "bbbi"):  # since 2026-12-03; the row sums since 2026-12-07
         tags = ("lz", "a1", "kv")
         extra = [tag for tag, (_, value) in zip(tags, later[:3], strict=True) if value == "1"]
-        if kinds == "bbbi" and later[3][1] != "1":
-            extra.append({"0": "fs", "2": "ms"}.get(later[3][1], f"sums{later[3][1]}"))
+        if kinds == "bbbi" and later[3][1] != "0":
+            extra.append({"1": "rs", "2": "ms"}.get(later[3][1], f"sums{later[3][1]}"))
         return tuple(int(v) for _, v in args[:7]) + tuple(extra)
     extra = []
     for i, (kind, value) in enumerate(later):

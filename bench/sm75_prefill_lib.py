@@ -98,7 +98,7 @@ def traits_key(shape: dict) -> tuple:
         + ((f"r{shape['unroll']}",) if shape.get("unroll", 1) > 1 else ())
         + (("pf",) if shape.get("prefetch_l2") else ())
         + (("kv",) if shape.get("stage_kv") else ())
-        + ({0: ("fs",), 2: ("ms",)}.get(shape.get("row_sums", 1), ()))
+        + ({1: ("rs",), 2: ("ms",)}.get(shape.get("row_sums", 0), ()))
     )
 
 
@@ -217,15 +217,15 @@ def variants(lib: ctypes.CDLL) -> list[dict]:
                 "index": i,
                 # The savings only where they are off, the other options
                 # where on: hd128.w8m1k64c1, hd256.w8m1k32c1.l0.x0,
-                # hd64.w4m2k64c2.lz.a1, hd256.w8m1k16c1.kv; .fs / .ms: the
-                # row sums of the unrounded probabilities / made by MMAs.
+                # hd64.w4m2k64c2.lz.a1, hd256.w8m1k16c1.kv; .rs / .ms: the
+                # row sums of the rounded probabilities / made by MMAs.
                 "name": f"hd{hd}.w{warps}m{mtiles}k{keys}c{ctas}"
                 + ("" if lookups else ".l0")
                 + ("" if xor else ".x0")
                 + (".lz" if lazy else "")
                 + (f".a{ahead}" if ahead else "")
                 + (".kv" if kv else "")
-                + {0: ".fs", 1: "", 2: ".ms"}.get(sums, f".sums{sums}"),
+                + {0: "", 1: ".rs", 2: ".ms"}.get(sums, f".sums{sums}"),
                 "traits": lib.sm75v_traits(i).decode(),
                 "head_dim": hd,
                 "warps": warps,
