@@ -4,7 +4,7 @@
 # A/B), one device call per STEP, each under the call's 10 minutes and its
 # eight files from $OUT. Every step runs with NCCL_P2P_DISABLE=1; vLLM boots
 # run with the custom all-reduce off (the harness and the TP=2 tests set
-# disable_custom_all_reduce). docs/gpu-evidence.md#two-gpus-call-by-call
+# disable_custom_all_reduce). docs/gpu-machine.md#two-gpus-call-by-call
 # gives the order and the expected durations:
 #   bash gpu/stage1.sh .dev/gpu/part1      # and part1-2, wheels: one call each
 #   export OUT; bash gpu/two_gpu.sh build  # carrying .dev/gpu/part2 and .dev/gpu/MANIFEST.sha256

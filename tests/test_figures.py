@@ -524,6 +524,8 @@ OWN_PAGES = [
     "docs/user-guide.md",
     "docs/contributing.md",
     "docs/gpu-evidence.md",
+    "docs/evidence-runs.md",
+    "docs/gpu-machine.md",
     "docs/measured.md",
     "docs/nothing-is-lost.md",
     "docs/pull-requests.md",
@@ -665,6 +667,29 @@ def test_a_run_before_the_current_version_of_a_file_says_which(blobs_root):
     assert runs_row.endswith("| every patch |")  # 0001's op.cu, 0002's op.cu and overlap.py
     tests_row = next(line for line in blocks.gpu_tests(ev).splitlines() if "`then.json`" in line)
     assert tests_row.endswith("| ran before the current version of `op.cu` |")
+
+
+def test_current_says_per_kind_which_runs_ran_on_the_series_head(blobs_root):
+    run_on(blobs_root, "now.json", {"csrc/op.cu": NEW_CU, TEST: TEST_BLOB, "vllm/overlap.py": PY})
+    text = blocks.current(evidence.Evidence(blobs_root))
+    rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| the")}
+    # The one-GPU tests: the newest run on the pin, on the current files.
+    assert rows["`now.json`"].endswith("| yes |")
+    # The two-GPU tests and the A/B: on an earlier base, so not current.
+    assert rows["`two.json`"].endswith("| no: an earlier base |")
+    assert "`old.json`" not in rows and "`new.json`" not in rows  # older than now.json
+    assert (
+        text.splitlines()[-1]
+        == "To run again on the series head: the series' test files, two GPUs."
+    )
+    run_on(blobs_root, "then.json", {"csrc/op.cu": OLD_CU, TEST: TEST_BLOB})
+    doc = json.loads((blobs_root / "results" / "then.json").read_text())
+    doc["date"] = "2026-06-01"
+    (blobs_root / "results" / "then.json").write_text(json.dumps(doc))
+    text = blocks.current(evidence.Evidence(blobs_root))
+    assert (
+        "| `then.json` |" in text and "| no: it ran before the current version of `op.cu` |" in text
+    )
 
 
 def test_a_test_file_no_patch_lists_is_named_without_code_format(blobs_root):

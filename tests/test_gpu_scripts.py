@@ -164,10 +164,10 @@ def test_two_gpu_selections_select_tests_of_the_series():
 
 def test_two_gpu_steps_are_the_documented_calls():
     text = TWO_GPU.read_text()
-    docs = (ROOT / "docs" / "gpu-evidence.md").read_text()
+    docs = (ROOT / "docs" / "gpu-machine.md").read_text()
     for step in two_gpu_steps():
         assert re.search(rf"^\s+{re.escape(step)}\)$", text, re.M), f"no case for {step}"
-        assert f"two_gpu.sh {step}" in docs, f"docs/gpu-evidence.md lacks step {step}"
+        assert f"two_gpu.sh {step}" in docs, f"docs/gpu-machine.md lacks step {step}"
 
 
 # --- gpu/profile_attention.sh ----------------------------------------------------------

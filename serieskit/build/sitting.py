@@ -2,7 +2,7 @@
 
 The calls carry the loads that ``nox -s overlay -- --gpu`` packed
 (serieskit.build.overlay) and run gpu/evidence.sh's steps; ``plan`` and
-``collect`` are ``nox -s evidence``'s (docs/gpu-evidence.md).
+``collect`` are ``nox -s evidence``'s (docs/gpu-evidence.md, docs/gpu-machine.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The benchmark and static-evidence blocks of docs/gpu-evidence.md (a table per results file).
+"""The benchmark and static-evidence blocks of docs/evidence-runs.md (a table per results file).
 
 Each function finds the newest results file that holds its figures (the
 pin's base preferred), lays them out as a markdown table and ends with that
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from serieskit.checks.evidence import Evidence, Run, fmt, table
 
@@ -58,9 +59,42 @@ def _bytes(b: int) -> str:
     return f"{b:,} B"
 
 
+_CROSSOVER = re.compile(r"^(?:hd(\d+)\.)?ctx(\d+)_decodes(\d+)\.crossover_query_len$")
+
+
+def _e2e_run(ev: Evidence) -> Run | None:
+    # At TP >= 2 only: a TP=1 run checks the harness, not the series' features
+    # (runs before the harness recorded its TP were at TP=2).
+    return ev.newest(
+        r
+        for r in ev.runs
+        if r.doc.get("kind") == "e2e"
+        and (r.doc.get("tp") or 2) >= 2
+        and "reference.prefill_total_mean_s" in r.figures
+    )
+
+
+# The results file each table shows (the sweep's tables, one per file, are
+# found in variants()); docs/gpu-evidence.md's list of current runs names the same.
+PICK: dict[str, Callable[[Evidence], Run | None]] = {
+    "host_reduce": lambda ev: _newest_matching(ev, r"allreduce_\d+B\."),
+    # The op's benchmark: the shapes sweep measures the same ceiling.
+    "attention": lambda ev: _newest_matching(ev, r"^(?:hd\d+\.)?q\d+_ctx\d+\.auto_split_ms$"),
+    "crossover": lambda ev: _newest_matching(ev, _CROSSOVER.pattern),
+    "nvfp4": lambda ev: _newest_matching(ev, r"^copy_bandwidth_gbps$"),
+    "static_kernels": lambda ev: _newest_matching(ev, r"^\w+\.sm_\d+\.registers$", kind="static"),
+    "static_head_dims": lambda ev: _newest_matching(ev, r"^hd\d+\.registers$", kind="static"),
+    "static_nvfp4": lambda ev: _newest_matching(
+        ev, r"^(marlin|checkpoint)\.sm_\d+\.g\d+\.registers$", kind="static"
+    ),
+    "e2e": _e2e_run,
+    "seed": lambda ev: ev.newest(r for r in ev.runs if r.doc.get("kind") == "external"),
+}
+
+
 def host_reduce(ev: Evidence) -> str:
     """Two-rank all-reduce time per call by payload: NCCL, the two modes, the floor."""
-    run = _newest_matching(ev, r"allreduce_\d+B\.")
+    run = PICK["host_reduce"](ev)
     if run is None:
         return missing("the host all-reduce benchmark")
     payloads = sorted(
@@ -90,8 +124,7 @@ _ATTN = re.compile(r"^(?:hd(\d+)\.)?q(\d+)_ctx(\d+)\.(\w+)$")
 def attention(ev: Evidence) -> str:
     """The Turing prefill attention against TRITON_ATTN per shape, and the fraction
     of the mma.sync ceiling."""
-    # The op's benchmark: the shapes sweep measures the same ceiling.
-    run = _newest_matching(ev, r"^(?:hd\d+\.)?q\d+_ctx\d+\.auto_split_ms$")
+    run = PICK["attention"](ev)
     if run is None:
         return missing("the Turing attention benchmark")
     default_hd = (run.doc.get("shape") or {}).get("head_dim")
@@ -133,9 +166,6 @@ def attention(ev: Evidence) -> str:
             + _end(ev, run, "attention"),
         ]
     )
-
-
-_CROSSOVER = re.compile(r"^(?:hd(\d+)\.)?ctx(\d+)_decodes(\d+)\.crossover_query_len$")
 
 
 def variants(ev: Evidence) -> str:
@@ -208,7 +238,7 @@ def crossover(ev: Evidence) -> str:
     """From which query length the Turing kernel beats TRITON_ATTN, per head
     dim, context and batch (files before the per-head-dim run: head dim 256,
     keys without the ``hdN.`` prefix)."""
-    run = _newest_matching(ev, _CROSSOVER.pattern)
+    run = PICK["crossover"](ev)
     if run is None:
         return missing("the crossover benchmark")
     shape = run.doc.get("shape") or {}
@@ -242,7 +272,7 @@ def crossover(ev: Evidence) -> str:
 def nvfp4(ev: Evidence) -> str:
     """NVFP4 dequantization bandwidth per shape, and the prefill GEMM against Marlin
     and the emulation kernel (runs before its arm was added record none for it)."""
-    run = _newest_matching(ev, r"^copy_bandwidth_gbps$")
+    run = PICK["nvfp4"](ev)
     if run is None:
         return missing("the NVFP4 benchmark")
     shapes = sorted(
@@ -290,7 +320,7 @@ def nvfp4(ev: Evidence) -> str:
 
 def static_kernels(ev: Evidence) -> str:
     """ptxas and SASS figures of the series' CUDA kernels per target."""
-    run = _newest_matching(ev, r"^\w+\.sm_\d+\.registers$", kind="static")
+    run = PICK["static_kernels"](ev)
     if run is None:
         return missing("static evidence of the CUDA kernels")
     cells: dict[tuple[str, str], dict[str, object]] = {}
@@ -313,7 +343,7 @@ def static_kernels(ev: Evidence) -> str:
 
 def static_head_dims(ev: Evidence) -> str:
     """The Turing attention kernel per head dim: registers, spills, shared memory, CTAs per SM."""
-    run = _newest_matching(ev, r"^hd\d+\.registers$", kind="static")
+    run = PICK["static_head_dims"](ev)
     if run is None:
         return missing("static evidence per head dim")
     dims = sorted({int(m.group(1)) for k in run.figures if (m := re.match(r"^hd(\d+)\.", k))})
@@ -348,7 +378,7 @@ def static_head_dims(ev: Evidence) -> str:
 
 def static_nvfp4(ev: Evidence) -> str:
     """The NVFP4 dequantization's Triton kernels compiled for sm_75 / sm_70, per tile."""
-    run = _newest_matching(ev, r"^(marlin|checkpoint)\.sm_\d+\.g\d+\.registers$", kind="static")
+    run = PICK["static_nvfp4"](ev)
     if run is None:
         return missing("static evidence of the NVFP4 kernels")
     found: dict[tuple[str, str], dict[int, tuple]] = {}
@@ -381,15 +411,7 @@ def static_nvfp4(ev: Evidence) -> str:
 
 def e2e(ev: Evidence) -> str:
     """The end-to-end A/B: prefill per arm, against the reference and the P2P-on ceiling."""
-    # At TP >= 2 only: a TP=1 run checks the harness, not the series' features
-    # (runs before the harness recorded its TP were at TP=2).
-    run = ev.newest(
-        r
-        for r in ev.runs
-        if r.doc.get("kind") == "e2e"
-        and (r.doc.get("tp") or 2) >= 2
-        and "reference.prefill_total_mean_s" in r.figures
-    )
+    run = PICK["e2e"](ev)
     if run is None:
         return missing("an end-to-end A/B")
     configs = {a.get("name"): a for a in run.doc.get("arms") or [] if isinstance(a, dict)}
@@ -448,8 +470,7 @@ def e2e(ev: Evidence) -> str:
 
 def seed(ev: Evidence) -> str:
     """The seed's own Turing figures, as the seed states them."""
-    runs = [r for r in ev.runs if r.doc.get("kind") == "external"]
-    run = ev.newest(runs)
+    run = PICK["seed"](ev)
     if run is None:
         return missing("the seed's figures")
     rows = [

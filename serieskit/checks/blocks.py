@@ -372,12 +372,81 @@ def sitting(ev: Evidence) -> str:
     return "\n".join([*out, "", f"{run.caption()}.{end}", *(["", *again] if again else [])])
 
 
+# The evidence docs/gpu-evidence.md lists as current or not: (words, the
+# table of docs/evidence-runs.md that shows it, from benchmarks.PICK).
+BENCHMARKS = [
+    ("the Turing attention's benchmark", "attention"),
+    ("the Turing attention's crossover", "crossover"),
+    ("NVFP4's benchmark", "nvfp4"),
+    ("the host all-reduce's benchmark", "host_reduce"),
+    ("the end-to-end A/B", "e2e"),
+    ("static evidence of the CUDA kernels", "static_kernels"),
+    ("static evidence per head dim", "static_head_dims"),
+    ("static evidence of the NVFP4 kernels", "static_nvfp4"),
+]
+
+
+def _on_head(ev: Evidence, run: Run, names: list[str]) -> str:
+    """Whether ``run`` ran on the pin and the current version of the files
+    of the patches ``names``, in words."""
+    if run.base != ev.pin:
+        return "no: an earlier base" if run.base else "no: its base is not recorded"
+    words = ev.predates(run, names)
+    return f"no: it {words}" if words else "yes"
+
+
+def current(ev: Evidence) -> str:
+    """Per kind of evidence, the results files the tables show (the newest
+    that hold it, the pin's base preferred), and whether each ran on the
+    series head: the pin, and the current version of the files it covers."""
+    every = [p.name for p in ev.patches]
+    picked: list[tuple[str, Run, list[str]]] = []
+    for gpus, words in (
+        (1, "the series' test files, one GPU"),
+        (2, "the series' test files, two GPUs"),
+    ):
+        tests = sorted({t for p in ev.patches for t in p.tests})
+        found = {r.path: r for t in tests if (r := ev.with_tests(t, gpus=gpus))}
+        for test_run in sorted(found.values(), key=lambda r: r.name):
+            ran = [t for t in test_run.doc.get("test_files") or {} if t in tests]
+            picked.append((words, test_run, [n for t in ran for n in ev.covering(t)]))
+    for words, whole in (
+        ("the engine's smoke run", ev.with_tests(SMOKE, gpus=1)),
+        ("the wheel served", _serve_run(ev)),
+    ):
+        if whole:
+            picked.append((words, whole, every))
+    for words, name in BENCHMARKS:
+        if bench := benchmarks.PICK[name](ev):
+            picked.append((words, bench, benchmarks.COVERS[name]))
+    rows = [
+        [
+            words,
+            f"`{run.name}`",
+            str(run.machine.get("name") or "-"),
+            version(run.base, ev.pin) or "-",
+            run.day,
+            _on_head(ev, run, list(dict.fromkeys(names)) or every),
+        ]
+        for words, run, names in picked
+    ]
+    head = ["evidence", "results file", "machine", "base", "date", "on the series head"]
+    behind = list(dict.fromkeys(row[0] for row in rows if row[-1] != "yes"))
+    still = (
+        "To run again on the series head: " + "; ".join(behind) + "."
+        if behind
+        else "Every kind of evidence ran on the series head."
+    )
+    return "\n".join(table(head, rows) + ["", still])
+
+
 BLOCKS: dict[str, Callable[[Evidence], str]] = {
     "series": series,
     "commands-timing": timings.commands_timing,
     "commands-table": timings.commands_table,
     "ci-timings": timings.ci_timings,
     "runs": runs,
+    "current": current,
     "gpu-tests": gpu_tests,
     "host-reduce": benchmarks.host_reduce,
     "attention": benchmarks.attention,

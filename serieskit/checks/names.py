@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serieskit import git
+from serieskit.checks import facts
 from serieskit.checks.codeindex import (
     NOT_OURS,
     TOOLKIT_CODE,
@@ -386,16 +387,28 @@ def check(t: Target, tree: Path, base: str) -> list[str]:
 
 
 def session(where: Path | Target, log=print) -> None:
-    """Fail with each name the texts give that is not there (``docs --check``)."""
+    """Fail with each name the texts give that is not there, and each version
+    the toolkit's pages state that the data does not (``docs --check``)."""
     t = target.of(where)
     tree = series.applied_tree(t)
     state = State.load(t)
     assert state.base
     problems = check(t, tree, state.base)
-    if problems:
-        raise ToolkitError(
-            f"{len(problems)} name(s) in code format that the code does not have "
-            "(rename them in the text, or give the reason in serieskit/checks/names.py ALLOWED):\n"
-            + "\n".join(f"  {p}" for p in problems)
-        )
+    wrong = facts.problems(t.root, tree, t.version)
+    if problems or wrong:
+        lines = []
+        if problems:
+            lines.append(
+                f"{len(problems)} name(s) in code format that the code does not have (rename "
+                "them in the text, or give the reason in serieskit/checks/names.py ALLOWED):"
+            )
+            lines += [f"  {p}" for p in problems]
+        if wrong:
+            lines.append(
+                f"{len(wrong)} version(s) that the data does not say (serieskit/checks/facts.py "
+                "says where each is decided):"
+            )
+            lines += [f"  {p}" for p in wrong]
+        raise ToolkitError("\n".join(lines))
     log("names: every name in code format is in the patched tree or the toolkit")
+    log("facts: every version the pages state is the one the data says")
