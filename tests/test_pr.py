@@ -233,6 +233,17 @@ def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
     assert (host.tree / "vllm/host_reduce.py").data_stream.read() == (
         b"def copy_engine_mode():\n    return 1\n"
     )
+    # The picks ran in a worktree holding the series' files only; the commits
+    # are whole trees all the same, and the work repository's settings are
+    # as they were.
+    base_tree = repo.commit(State.load(proot).base).tree
+    assert {b.path for b in base_tree.traverse() if b.type == "blob"} <= {
+        b.path for b in upper.tree.traverse() if b.type == "blob"
+    }
+    assert (upper.tree / "vllm/utils.py").hexsha == (base_tree / "vllm/utils.py").hexsha
+    assert git.run(
+        series.work_repo(proot), "config", "--get", "extensions.worktreeConfig"
+    ).returncode
     body = (proot / ".work/pr/overlap/body.md").read_text()
     assert f"git log {host.hexsha[:12]}..{upper.hexsha[:12]}" in body
     assert "Please review only the last 1 commit(s)" in body

@@ -166,6 +166,26 @@ def _pick(wt: Path, commit, exclude: list[str], signoff: str, co_author: str | N
     return None
 
 
+WORKTREE_CONFIG = "extensions.worktreeConfig"
+
+
+def _sparse_worktree(tree: Path, wt: Path, base_commit: str) -> None:
+    """A detached worktree of ``tree`` at ``base_commit`` holding only the
+    files the series' commits touch, the only ones a pick writes: a whole
+    checkout of vLLM is thousands of files, most of the session's time on a
+    slow disk. The index holds every file (the others marked skip-worktree),
+    so the commits are whole trees."""
+    touched = git.git(
+        tree, "log", "--no-renames", "--name-only", "--format=", f"{base_commit}..HEAD"
+    )
+    paths = sorted({p for p in touched.splitlines() if p})
+    # Non-cone patterns, anchored; a pattern's special characters escaped.
+    patterns = "".join("/" + re.sub(r"([\\*?\[\]!#])", r"\\\1", p) + "\n" for p in paths)
+    git.git(tree, "worktree", "add", "--no-checkout", "--detach", str(wt), base_commit)
+    git.git(wt, "sparse-checkout", "set", "--no-cone", "--stdin", input=patterns.encode())
+    git.git(wt, "reset", "-q", "--hard")
+
+
 def versions(repo, name: str) -> dict[int, str]:
     out = {}
     for ref in repo.references:
@@ -211,7 +231,8 @@ def build_branches(
         log(f"pr: {', '.join(trailing)} in no pull request, after them all: not picked")
     wt = t.out("pr") / ".worktree"
     git.drop_worktree(tree, wt)  # one a killed session left, locked or not
-    git.git(tree, "worktree", "add", "--detach", str(wt), base_commit)
+    had_config = git.run(tree, "config", "--get", WORKTREE_CONFIG).returncode == 0
+    _sparse_worktree(tree, wt, base_commit)
     built: dict[str, Built] = {}
     st = stacks(groups)
     try:
@@ -266,4 +287,6 @@ def build_branches(
             log(f"pr: {b.ref} = {head[:12]} ({len(b.own)} commit(s) to review)")
     finally:
         git.drop_worktree(tree, wt)
+        if not had_config:  # sparse-checkout turned it on for the worktree's settings
+            git.run(tree, "config", "--unset", WORKTREE_CONFIG)
     return built
