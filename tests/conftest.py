@@ -47,6 +47,15 @@ def make_sdist(
     return path
 
 
+@pytest.fixture(autouse=True)
+def bare_pytest(monkeypatch):
+    """A pytest that a test starts (the runner's, gpu/run_tests.py's, on the
+    small trees the tests write) loads no plugins installed beside it: the
+    files need none, and loading them took most of each process's second.
+    Set per test, after the workers of this session have started."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "cache"
@@ -63,17 +72,34 @@ def add_release(cache: Path, version: str, files: dict[str, str]) -> str:
     return digest
 
 
+_BASE_COMMITS: dict[tuple[str, str], str] = {}
+
+
+def base_commit(sdist: Path, version: str, sha256: str) -> str:
+    """The base commit ``import_sdist`` makes of ``sdist`` (what a pin names):
+    its id depends on the version and the sdist's content (its sha256) alone,
+    so it is made once per test process, in a scratch repository. The work
+    tree's own import (apply's) runs in every test; test_base.py checks that
+    the same sdist gives the same id."""
+    key = (version, sha256)
+    if key not in _BASE_COMMITS:
+        scratch = Path(tempfile.mkdtemp(prefix="base-commit-"))
+        try:
+            base.ensure_repo(scratch)
+            _BASE_COMMITS[key] = base.import_sdist(scratch, sdist, version, sha256, log=quiet)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return _BASE_COMMITS[key]
+
+
 def make_root(folder: Path, cache: Path) -> Path:
     """A toolkit root (``folder/root``) on synthetic vLLM 0.0.1, with an empty series."""
     r = folder / "root"
     (r / "patches").mkdir(parents=True)
     (r / "patches" / "series").write_text("")
     sha = add_release(cache, "0.0.1", BASE_FILES)
-    scratch = folder / "scratch"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / "vllm-0.0.1.tar.gz", "0.0.1", sha, log=quiet)
+    commit = base_commit(cache / "vllm-0.0.1.tar.gz", "0.0.1", sha)
     base.write_pin(r, base.Pin("0.0.1", sha, commit))
-    shutil.rmtree(scratch)
     return r
 
 

@@ -69,7 +69,7 @@ from test_faults import (
 )
 from test_port import PORT, f0, make_port, pin_patches, write_series
 
-from conftest import BASE_FILES, add_release, make_root, quiet
+from conftest import BASE_FILES, add_release, base_commit, make_root
 from serieskit.checks import docs
 from serieskit.series import base, target
 from serieskit.upstream import carry_record, resolutions
@@ -276,11 +276,8 @@ def _many_files_setup(call, root, facts):
     """As for apply, on a base of 150 more files (the pin moved to it)."""
     cache = root.parent / "cache" / "sdists"
     sha = add_release(cache, "0.0.3", MANY_FILES)
-    scratch = root.parent / "scratch-0.0.3"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / "vllm-0.0.3.tar.gz", "0.0.3", sha, log=quiet)
+    commit = base_commit(cache / "vllm-0.0.3.tar.gz", "0.0.3", sha)
     base.write_pin(root, base.Pin("0.0.3", sha, commit))
-    shutil.rmtree(scratch)
     _apply_setup(call, root, facts)
 
 
@@ -329,11 +326,8 @@ def _download_setup(call, root, facts):
     links = root.parent / "links"
     sha = add_release(links, "0.0.2", BASE_FILES)
     (links / "vllm-0.0.2.tar.gz").with_suffix(".sha256").unlink()  # pip reads the folder
-    scratch = root.parent / "scratch-0.0.2"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, links / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
+    commit = base_commit(links / "vllm-0.0.2.tar.gz", "0.0.2", sha)
     base.write_pin(root, base.Pin("0.0.2", sha, commit))
-    shutil.rmtree(scratch)
     shutil.rmtree(root / ".work")
     facts["patches"] = patches(root)
     facts["env"] = {

@@ -24,7 +24,7 @@ import pytest
 import test_port
 from test_port import PORT, Edit, f0, pin_patches, write_series
 
-from conftest import BASE_FILES, add_release, commit_file
+from conftest import BASE_FILES, add_release, base_commit, commit_file
 from serieskit import cli
 from serieskit.errors import ToolkitError
 from serieskit.series import base
@@ -2000,9 +2000,7 @@ def test_a_first_checkout_cut_short_by_a_full_disk_is_finished(sk, root, cache, 
     namespace_or_skip(tmp_path)
     many = {**BASE_FILES, **{f"vllm/many/m{i:03d}.py": f"M = {i}\n" * 300 for i in range(300)}}
     sha = add_release(cache, "0.0.3", many)
-    scratch = tmp_path / "scratch"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / "vllm-0.0.3.tar.gz", "0.0.3", sha, log=print)
+    commit = base_commit(cache / "vllm-0.0.3.tar.gz", "0.0.3", sha)
     base.write_pin(root, base.Pin("0.0.3", sha, commit))
     repo, after = work(root), tmp_path / "after"
     repo.mkdir(parents=True)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import BASE_FILES, add_release, quiet
+from conftest import BASE_FILES, add_release, base_commit, quiet
 from serieskit import cli, git, status
 from serieskit.build import build, overlay, recipe
 from serieskit.checks import runner
@@ -103,10 +103,7 @@ def make_port(root, cache, files: dict[str, str] = PORT_FILES):
     ``files``) made from them and recorded as carried. Returns (pin, port)."""
     git.git(root, "init", "-q")  # carry finds old patch texts in the toolkit's git objects
     sha = add_release(cache, PORT, files)
-    scratch = root.parent / "scratch-port"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / f"vllm-{PORT}.tar.gz", PORT, sha, log=quiet)
-    shutil.rmtree(scratch)
+    commit = base_commit(cache / f"vllm-{PORT}.tar.gz", PORT, sha)
     (root / "ports" / PORT).mkdir(parents=True)
     (root / "ports" / PORT / "series").write_text("")
     base.add_port(root, base.Port(PORT, sha, commit, f"ports/{PORT}"))

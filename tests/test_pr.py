@@ -4,17 +4,16 @@ template and results-file claims; the duplicate check; --check."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import git as gitpython
 import pytest
 
-from conftest import BASE_FILES, add_release, quiet
+from conftest import BASE_FILES, add_release, base_commit, quiet
 from serieskit import git, results
 from serieskit.checks import lint, runner
 from serieskit.errors import ToolkitError
-from serieskit.pr import bodycheck, branches, claims, coverage, duplicates, evidence, pr
+from serieskit.pr import bodycheck, branches, claims, coverage, duplicates, evidence, pr, prbody
 from serieskit.pr.groups import read_groups
 from serieskit.series import apply, base, export, series
 from serieskit.state import State
@@ -134,11 +133,8 @@ def make_root(
     root = tmp_path / "root"
     (root / "patches").mkdir(parents=True)
     (root / "patches" / "series").write_text("")
-    scratch = tmp_path / "scratch"
-    base.ensure_repo(scratch)
-    commit = base.import_sdist(scratch, cache / "vllm-0.0.2.tar.gz", "0.0.2", sha, log=quiet)
+    commit = base_commit(cache / "vllm-0.0.2.tar.gz", "0.0.2", sha)
     base.write_pin(root, base.Pin("0.0.2", sha, commit))
-    shutil.rmtree(scratch)
     apply.apply(root, log=quiet)
     repo = series.work_repo(root)
     env = {
@@ -199,9 +195,29 @@ def write_results(root: Path, name: str, files: dict | None = None) -> None:
     (root / name).write_text(json.dumps(data))
 
 
-@pytest.fixture(params=["PULL_REQUEST_TEMPLATE-0.26.0.md", "PULL_REQUEST_TEMPLATE-0.33.0.md"])
-def proot(request, tmp_path, cache) -> Path:
+TEMPLATES = ["PULL_REQUEST_TEMPLATE-0.26.0.md", "PULL_REQUEST_TEMPLATE-0.33.0.md"]
+
+
+@pytest.fixture(params=TEMPLATES)
+def each_template_root(request, tmp_path, cache) -> Path:
+    """A root per template: where the body's blocks go depends on the template."""
     return make_root(tmp_path, cache, request.param)
+
+
+@pytest.fixture
+def proot(tmp_path, cache) -> Path:
+    """A root on the newer template. What a block says does not depend on the
+    template (prbody.render makes every block, then fill places them):
+    test_every_block_has_one_place_in_each_template and
+    test_body_follows_the_target_tree_template hold the placing for both."""
+    return make_root(tmp_path, cache, TEMPLATES[-1])
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_every_block_has_one_place_in_each_template(template):
+    names = {n for section in prbody.SECTIONS.values() for n in section}
+    body = prbody.fill((FIXTURES / template).read_text(), {n: f"<<{n}>>" for n in names})
+    assert {n: body.count(f"<<{n}>>") for n in names} == dict.fromkeys(names, 1), body
 
 
 def run(root: Path, **kw) -> dict:
@@ -256,7 +272,8 @@ def test_stacked_branches_re_signed_without_the_toolkit_files(proot):
     assert (proot / ".work/pr/host/title.txt").read_text() == "[Kernel] Host reduce\n"
 
 
-def test_body_follows_the_target_tree_template(proot):
+def test_body_follows_the_target_tree_template(each_template_root):
+    proot = each_template_root
     run(proot)
     body = (proot / ".work/pr/host/body.md").read_text()
     template = (series.work_repo(proot) / pr.TEMPLATE).read_text()
