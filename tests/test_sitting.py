@@ -279,5 +279,7 @@ def test_parts_shrink_to_the_room_a_call_leaves() -> None:
     small = recipe.fitted(g, tree)
     room = recipe.CALL_BYTES - recipe.MARGIN - tree
     assert small.part_bytes <= room and small.piece_bytes <= room
+    # A piece leaves its part room for the piece's SOURCE file.
+    assert small.part_bytes - small.piece_bytes == g.part_bytes - g.piece_bytes
     with pytest.raises(ToolkitError, match="too little room"):
         recipe.fitted(g, 60 * 2**20)

@@ -122,6 +122,12 @@ MARGIN = 2**19  # kept free in every call
 RESULTS_HEADROOM = 2 * 2**20
 
 
+def _slack(g: Gpu) -> int:
+    """What a part holds beside a piece of the core module (its SOURCE):
+    the config's difference between the two sizes."""
+    return max(g.part_bytes - g.piece_bytes, 2**16)
+
+
 def fitted(g: Gpu, tree_bytes: int) -> Gpu:
     """``g`` with parts and pieces no larger than what a call leaves beside
     a working tree of ``tree_bytes`` (the config's sizes are upper bounds)."""
@@ -131,7 +137,9 @@ def fitted(g: Gpu, tree_bytes: int) -> Gpu:
             f"gpu: the working tree is {tree_bytes / 2**20:.1f} MiB: a device call "
             f"({CALL_BYTES // 2**20} MiB) has too little room left for the GPU load's parts"
         )
-    return replace(g, part_bytes=min(g.part_bytes, room), piece_bytes=min(g.piece_bytes, room))
+    part = min(g.part_bytes, room)
+    # A part holding a piece holds its SOURCE too: the config's slack stays.
+    return replace(g, part_bytes=part, piece_bytes=min(g.piece_bytes, part - _slack(g)))
 
 
 @functools.cache
