@@ -409,7 +409,8 @@ def run_gpu(
         for v in vs:
             v["check"] = checks[v["name"]]
             print(f"{v['name']:26s} check {v['check']}", flush=True)
-        for name, modes in check_sharp(torch, lib, vs).items():
+        launched = [v for v in vs if "error" not in v["check"]]
+        for name, modes in check_sharp(torch, lib, launched).items():
             v = next(v for v in vs if v["name"] == name)
             v["check_sharp"] = modes
             print(f"{name:26s} sharp {modes}", flush=True)
