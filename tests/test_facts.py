@@ -77,6 +77,24 @@ def test_history_and_figures_blocks_are_not_checked(tmp_path):
     assert facts.problems(root, tree, "0.34.0") == []
 
 
+def test_a_release_other_than_the_pin_is_history_or_fails(tmp_path):
+    """After a move, a page that still speaks of the old release as the
+    present fails; one that says it is history, or stands under a heading
+    that does, passes."""
+    page = (
+        "The series runs on vLLM 0.33.0.\n\n"
+        "The series moved from vLLM 0.33.0 to vLLM 0.34.0.\n\n"
+        "## Earlier lines\n\nvLLM 0.26.0: its last commit.\n\n"
+        "## Running it\n\nServe with vLLM 0.26.0.\n"
+    )
+    root, tree = _root(tmp_path, page)
+    got = facts.problems(root, tree, "0.34.0")
+    assert [g.split(" as if")[0] for g in got] == [
+        "docs/page.md:1: vLLM 0.33.0",
+        "docs/page.md:11: vLLM 0.26.0",
+    ], got
+
+
 def test_this_repository_states_the_data(tmp_path):
     # The patched tree decides Python's range and vLLM's torch: without it
     # (no applied tree here), only what the toolkit's own data decides.

@@ -11,7 +11,11 @@ the project uses says what the data decides, or ``docs --check`` fails:
 - ``torch X.Y.Z``: one the data names: the series' CPU tests' (``pin.toml``),
   the patched tree's own pin (``requirements/cuda.txt``), or a GPU machine's
   (a results file's ``machine.torch``). A line that names a vLLM release
-  other than the pin speaks of an earlier line, and its torch is history.
+  other than the pin speaks of an earlier line, and its torch is history;
+- ``vLLM X.Y.Z``: the pin, or another release in words that say it is
+  history ("earlier", "moved from", "before the move", "prior", ...) or under
+  a heading that does: after a move, a page that still speaks of the old
+  release as the present fails here.
 
 The pages are those the names check reads as the toolkit's own: README.md,
 docs/ and the top folders' README.md. Figures blocks are the figures
@@ -106,6 +110,11 @@ MENTIONS = [
 # A torch release, in a paragraph that speaks of torch (torch is 2.x).
 TORCH = re.compile(r"(?<![\w.])(2\.\d+\.\d+(?:\+\w+)?)(?![\w+]|\.\w)")
 RELEASE = re.compile(r"\b0\.\d+\.\d+\b")
+VLLM_RELEASE = re.compile(r"\bvLLM (\d+\.\d+\.\d+)\b")
+# Words that put a release in the past.
+HISTORY = re.compile(
+    r"earlier|moved from|before the move|prior|previous|older|last commit|history", re.I
+)
 
 
 def _torch_paragraphs(lines: list[str]) -> set[int]:
@@ -130,7 +139,16 @@ def problems(root: Path, tree: Path, pin: str) -> list[str]:
         text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text())
         lines = text.splitlines()
         torch_said = _torch_paragraphs(lines)
+        past = False  # under a heading that speaks of history
         for n, line in enumerate(lines, 1):
+            if line.startswith("#"):
+                past = bool(HISTORY.search(line))
+            for release in VLLM_RELEASE.findall(line):
+                if release != pin and not past and not HISTORY.search(line):
+                    out.append(
+                        f"{label}:{n}: vLLM {release} as if current (the pin is {pin}): say it "
+                        'is history ("earlier", "moved from", ...) or name the pin'
+                    )
             for fact, rx in MENTIONS:
                 for m in rx.finditer(line):
                     said = next(g for g in m.groups() if g)
