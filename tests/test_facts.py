@@ -85,9 +85,15 @@ def test_a_release_other_than_the_pin_is_history_or_fails(tmp_path):
         "The series runs on vLLM 0.33.0.\n\n"
         "The series moved from vLLM 0.33.0 to vLLM 0.34.0.\n\n"
         "## Earlier lines\n\nvLLM 0.26.0: its last commit.\n\n"
-        "## Running it\n\nServe with vLLM 0.26.0.\n"
+        "## Running it\n\nServe with 0.26.0, as ruff 0.14.0 checks.\n"
     )
     root, tree = _root(tmp_path, page)
+    # The releases the data names: the pin and the results files' bases
+    # (ruff's 0.14.0 is none of them).
+    for name, base in (("old", "0.33.0"), ("older", "0.26.0")):
+        (root / "results" / f"{name}.json").write_text(
+            json.dumps({"series": {"base": f"vllm=={base}"}})
+        )
     got = facts.problems(root, tree, "0.34.0")
     assert [g.split(" as if")[0] for g in got] == [
         "docs/page.md:1: vLLM 0.33.0",

@@ -12,7 +12,8 @@ the project uses says what the data decides, or ``docs --check`` fails:
   the patched tree's own pin (``requirements/cuda.txt``), or a GPU machine's
   (a results file's ``machine.torch``). A line that names a vLLM release
   other than the pin speaks of an earlier line, and its torch is history;
-- ``vLLM X.Y.Z``: the pin, or another release in words that say it is
+- a vLLM release (the pin's, or a results file's base): the pin, or another
+  release in a paragraph, list item or table row whose words say it is
   history ("earlier", "moved from", "before the move", "prior", ...) or under
   a heading that does: after a move, a page that still speaks of the old
   release as the present fails here.
@@ -29,7 +30,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from serieskit.checks.figures import documents
+from serieskit.checks.figures import claims, documents
 from serieskit.errors import ToolkitError
 
 BLOCK = re.compile(r"<!-- figures:([\w-]+) -->.*?<!-- /figures:\1 -->", re.S)
@@ -110,11 +111,45 @@ MENTIONS = [
 # A torch release, in a paragraph that speaks of torch (torch is 2.x).
 TORCH = re.compile(r"(?<![\w.])(2\.\d+\.\d+(?:\+\w+)?)(?![\w+]|\.\w)")
 RELEASE = re.compile(r"\b0\.\d+\.\d+\b")
-VLLM_RELEASE = re.compile(r"\bvLLM (\d+\.\d+\.\d+)\b")
+VERSION = re.compile(r"(?<![\w.])(\d+\.\d+\.\d+)(?![\w]|\.\d)")
 # Words that put a release in the past.
 HISTORY = re.compile(
-    r"earlier|moved from|before the move|prior|previous|older|last commit|history", re.I
+    r"earlier|moved from|before the move|prior|previous|older|last commit|history|"
+    r"was the pin|last run",
+    re.I,
 )
+
+
+def releases(root: Path) -> set[str]:
+    """The vLLM releases the data names: the pin's and each results file's base."""
+    out = set()
+    for path in sorted((root / "results").glob("*.json")):
+        try:
+            base = (json.loads(path.read_text()).get("series") or {}).get("base") or ""
+        except (OSError, json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(base, str) and base.startswith("vllm=="):
+            out.add(base.removeprefix("vllm=="))
+    return out
+
+
+def _present_releases(page: str, known: set[str], pin: str) -> list[tuple[int, str]]:
+    """(line, release) of each claim (paragraph, list item or table row,
+    outside figures blocks and code) that names a release other than the pin
+    without words that make it history, and stands under no heading that does."""
+    headings = {}
+    past = False
+    for n, line in enumerate(page.split("\n"), 1):
+        if line.startswith("#"):
+            past = bool(HISTORY.search(line))
+        headings[n] = past
+    out = []
+    for n, claim in claims(page):
+        if headings.get(n) or HISTORY.search(claim):
+            continue
+        named = [v for v in dict.fromkeys(VERSION.findall(claim)) if v in known and v != pin]
+        out += [(n, v) for v in named]
+    return out
 
 
 def _torch_paragraphs(lines: list[str]) -> set[int]:
@@ -133,22 +168,19 @@ def problems(root: Path, tree: Path, pin: str) -> list[str]:
     """One line per version a page states that the data does not."""
     want = expected(root, tree)
     known = torches(root, tree)
+    known_releases = releases(root) | {pin}
     out = []
     for page in pages(root):
         label = page.relative_to(root).as_posix()
         text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text())
         lines = text.splitlines()
         torch_said = _torch_paragraphs(lines)
-        past = False  # under a heading that speaks of history
+        for n, release in _present_releases(page.read_text(), known_releases, pin):
+            out.append(
+                f"{label}:{n}: vLLM {release} as if current (the pin is {pin}): say it is "
+                'history ("earlier", "moved from", ...) or name the pin'
+            )
         for n, line in enumerate(lines, 1):
-            if line.startswith("#"):
-                past = bool(HISTORY.search(line))
-            for release in VLLM_RELEASE.findall(line):
-                if release != pin and not past and not HISTORY.search(line):
-                    out.append(
-                        f"{label}:{n}: vLLM {release} as if current (the pin is {pin}): say it "
-                        'is history ("earlier", "moved from", ...) or name the pin'
-                    )
             for fact, rx in MENTIONS:
                 for m in rx.finditer(line):
                     said = next(g for g in m.groups() if g)
