@@ -22,6 +22,8 @@ def _root(tmp_path: Path, page: str) -> tuple[Path, Path]:
         root / "pin.toml": '[base]\nversion = "0.34.0"\ntorch = "2.14.1"\n',
         root / "results" / "run.json": json.dumps({"machine": {"torch": "2.11.0+cu130"}}),
         root / "docs" / "page.md": page,
+        root / "patches" / "series": "",
+        root / "patches" / "manifest.toml": "",
         tree / "pyproject.toml": '[project]\nrequires-python = ">=3.11,<3.15"\n',
         tree / "requirements" / "cuda.txt": "torch==2.14.0\ntorchaudio==2.11.0\n",
     }

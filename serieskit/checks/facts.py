@@ -25,11 +25,11 @@ generator's, and checked by ``figures --check``.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from pathlib import Path
 
+from serieskit.checks.evidence import Evidence, Run
 from serieskit.checks.figures import claims, documents
 from serieskit.errors import ToolkitError
 
@@ -62,20 +62,13 @@ def _python(tree: Path) -> str | None:
     return f"3.{low.group(1)} to 3.{int(high.group(1)) - 1}"
 
 
-def torches(root: Path, tree: Path) -> set[str]:
+def torches(root: Path, tree: Path, runs: list[Run]) -> set[str]:
     """The torch versions the data names."""
     out = {tomllib.loads((root / "pin.toml").read_text())["base"]["torch"]}
     cuda = tree / "requirements" / "cuda.txt"
     if cuda.is_file():
         out |= set(re.findall(r"^torch==([\w.+]+)", cuda.read_text(), re.M))
-    for path in sorted((root / "results").glob("*.json")):
-        try:
-            machine = json.loads(path.read_text()).get("machine") or {}
-        except (OSError, json.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(machine, dict) and machine.get("torch"):
-            out.add(str(machine["torch"]))
-    return out
+    return out | {str(r.machine["torch"]) for r in runs if r.machine.get("torch")}
 
 
 def expected(root: Path, tree: Path) -> dict[str, str | None]:
@@ -120,17 +113,9 @@ HISTORY = re.compile(
 )
 
 
-def releases(root: Path) -> set[str]:
-    """The vLLM releases the data names: the pin's and each results file's base."""
-    out = set()
-    for path in sorted((root / "results").glob("*.json")):
-        try:
-            base = (json.loads(path.read_text()).get("series") or {}).get("base") or ""
-        except (OSError, json.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(base, str) and base.startswith("vllm=="):
-            out.add(base.removeprefix("vllm=="))
-    return out
+def releases(runs: list[Run]) -> set[str]:
+    """The vLLM releases the results files ran on (their bases)."""
+    return {r.base.removeprefix("vllm==") for r in runs if (r.base or "").startswith("vllm==")}
 
 
 def _present_releases(page: str, known: set[str], pin: str) -> list[tuple[int, str]]:
@@ -167,8 +152,9 @@ def _torch_paragraphs(lines: list[str]) -> set[int]:
 def problems(root: Path, tree: Path, pin: str) -> list[str]:
     """One line per version a page states that the data does not."""
     want = expected(root, tree)
-    known = torches(root, tree)
-    known_releases = releases(root) | {pin}
+    runs = Evidence(root).runs
+    known = torches(root, tree, runs)
+    known_releases = releases(runs) | {pin}
     out = []
     for page in pages(root):
         label = page.relative_to(root).as_posix()
