@@ -115,7 +115,8 @@ HISTORY = re.compile(
 
 def releases(runs: list[Run]) -> set[str]:
     """The vLLM releases the results files ran on (their bases)."""
-    return {r.base.removeprefix("vllm==") for r in runs if (r.base or "").startswith("vllm==")}
+    bases = (r.base or "" for r in runs)
+    return {b.removeprefix("vllm==") for b in bases if b.startswith("vllm==")}
 
 
 def _present_releases(page: str, known: set[str], pin: str) -> list[tuple[int, str]]:
