@@ -26,20 +26,21 @@ namespace {
 // SM, shared lookups, XOR addressing[, lazy max[, lookups ahead[, K and V
 // staged together[, row sums]]]]>. The shipped traits come first per head dim;
 // the rest fit a Turing SM beside them: each shipped shape with the other row
-// sums (the shipped ones add the unrounded probabilities; kRowSums 1:
-// unpacked and added, 2: by MMAs). The alternatives that earlier sweeps
-// measured slower (results/bench_prefill_variants_033_*.json), the shapes
-// the shipped ones replaced among them, are left out: each shape costs the
-// sweep's build and GPU time.
+// sums (the shipped ones, kRowSums 1, unpack the rounded probabilities and
+// add them; 0 adds them before their rounding, 2 by MMAs). The alternatives
+// that earlier sweeps measured slower
+// (results/bench_prefill_variants_033_*.json), the shapes the shipped ones
+// replaced among them, are left out: each shape costs the sweep's build and GPU
+// time.
 #define SM75_VARIANTS(X)                                                  \
   X(Hd64)                                                                 \
-  X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true, false, 1>)     \
+  X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true>)               \
   X(PrefillTraits<64, 4, 2, 64, 2, true, true, true, true, false, 2>)     \
   X(Hd128)                                                                \
-  X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 1>) \
+  X(PrefillTraits<128, 12, 1, 32, 1, true, true>)                         \
   X(PrefillTraits<128, 12, 1, 32, 1, true, true, false, false, false, 2>) \
   X(Hd256)                                                                \
-  X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, false, true, 1>)   \
+  X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, false, true>)      \
   X(PrefillTraits<256, 8, 1, 16, 1, true, true, false, false, true, 2>)
 
 template <class T>
