@@ -9,6 +9,8 @@
 #                                        # BENCH_ONLY="OUT.json ...": those alone, after the build;
 #                                        # NO_ALONE=1: not the ALONE files)
 #   bash gpu/evidence.sh tests          # waits for the batch, returns its files
+#                                        # (TESTS_ONLY="GLOB ...": those test files only;
+#                                        # NO_ENGINES=1: no smoke or serve run)
 # The batch (the test files, and smoke then serve, side by side; nothing
 # timed) starts at the end of `bench` in a process session of its own
 # (setsid), so that it runs on through the time between the calls; `tests`
@@ -25,14 +27,14 @@ set -euo pipefail
 # The series' test files (globs in the assembled tree). ALONE_GLOBS: files that
 # boot vLLM engines sizing their KV cache from the GPU's free memory, which
 # fails ("Error in memory profiling") when another process frees GPU memory
-# meanwhile: they run alone, in the bench call. TEST_GLOBS, longest first: the
-# rest, side by side (JOBS at a time), beside the smoke and serve runs.
+# meanwhile: they run alone, in the bench call. The rest, side by side (JOBS at
+# a time), beside the smoke and serve runs: every test file of the series (the
+# pack's SERIES_TESTS, from the manifest), those of TEST_GLOBS first (the
+# longest); TESTS_ONLY, where set, runs its globs alone (a re-run of some).
 ALONE_GLOBS="tests/v1/attention/test_triton_turing_attn.py"
-TEST_GLOBS=${TEST_GLOBS:-"tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_marlin_prefill_dequant.py
+TEST_GLOBS="tests/distributed/test_host_reduce.py tests/kernels/quantization/test_nvfp4_marlin_prefill_dequant.py
   tests/kernels/quantization/test_nvfp4_marlin_dequant.py
-  tests/kernels/attention/test_paged_prefill_attention_sm75.py tests/kernels/test_sm7x_ops.py
-  tests/distributed/test_dbo_tensor_parallel.py tests/v1/worker/test_dbo_tensor_parallel.py
-  tests/distributed/test_host_reduce*.py tests/config/test_host_reduce*.py"}
+  tests/kernels/attention/test_paged_prefill_attention_sm75.py"
 JOBS=${JOBS:-4}
 # The smoke and serve runs' attention backend (TRITON_TURING_ATTN serves only
 # on SM75: on an H200 the engines run TRITON_ATTN, and the backend's own GPU
@@ -232,12 +234,12 @@ case $step in
     ;;
   batch)
     need_tree
-    test_files "$TEST_GLOBS" || exit 1
+    test_files "${TESTS_ONLY:-$TEST_GLOBS $(cat "$root/src/SERIES_TESTS" 2>/dev/null)}" || exit 1
     t=$(budget 540)
     TEST_TIMEOUT=$((t - 30)) JOBS=$JOBS bounded "$t" tests \
       python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests.json" "${files[@]}" &
     beside=$!
-    {
+    [ "${NO_ENGINES:-0}" = 1 ] || {
       bounded 200 smoke python3 gpu/smoke.py "$W/series_gpu_smoke.json" --engine-args "$ENGINE"
       # serve.py ends a boot that hangs itself (--boot-limit), so that it still writes its file.
       PART2=$keep/gpu/part2 OUT=$W bounded 330 serve \

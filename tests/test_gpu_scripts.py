@@ -237,38 +237,32 @@ def test_evidence_builds_in_one_line_as_the_other_recipes():
 
 
 def test_evidence_runs_every_single_gpu_test_file_of_the_series():
-    """The globs select the test files of every patch but the micro-batch
-    abort's (its GPU case sits in upstream's test_gpu_ubatch_slicing.py, whose
-    other cases read a model config from the hub: it runs by node id), each
-    glob at least one; the files run alone are the ones whose engines profile
-    memory."""
+    """The batch runs the pack's list (SERIES_TESTS): every test file of the
+    series but the upstream files a patch extends (the micro-batch abort's
+    GPU case sits in upstream's test_gpu_ubatch_slicing.py, whose other cases
+    read a model config from the hub); TEST_GLOBS only put the longest
+    first, each selecting a file of that list; the files run alone are the
+    ones whose engines profile memory."""
     import fnmatch
 
     text = EVIDENCE.read_text()
-    files = series.test_files(ROOT)
+    files = series.gpu_test_files(ROOT)
+    assert "tests/v1/worker/test_gpu_ubatch_slicing.py" not in files
+    assert "tests/v1/worker/test_ubatching.py" in files
+    assert "SERIES_TESTS" in re.search(r"^    test_files .*$", text, re.M).group(0)
     chosen: dict[str, set[str]] = {}
     for name in ("ALONE_GLOBS", "TEST_GLOBS"):
-        globs = re.search(rf'^{name}=(?:\$\{{{name}:-)?"([^"]+)"', text, re.M | re.S)
+        globs = re.search(rf'^{name}="([^"]+)"', text, re.M | re.S)
         assert globs, name
         chosen[name] = set()
         for g in globs.group(1).split():
             hits = fnmatch.filter(files, g)
             assert hits, f"{g} selects no test file of the series"
             chosen[name].update(hits)
-    # The overlap's file runs too: its micro-batches on one GPU (a one-rank
-    # group) are a case of their own; its TP=2 cases skip there.
-    skipped = {
-        t
-        for entry in series.read_manifest(ROOT)
-        if entry["name"] == "dbo-ubatch-abort"
-        for t in entry.get("tests", [])
-    }
-    alone = chosen["ALONE_GLOBS"]
-    assert alone | chosen["TEST_GLOBS"] == set(files) - skipped
-    assert not alone & chosen["TEST_GLOBS"]
+    assert not chosen["ALONE_GLOBS"] & chosen["TEST_GLOBS"]
     # The backend's GPU tests boot vLLM on one GPU (memory profiled); NVFP4's
     # boot only at TP=2 and skip on one GPU.
-    assert alone == {"tests/v1/attention/test_triton_turing_attn.py"}
+    assert chosen["ALONE_GLOBS"] == {"tests/v1/attention/test_triton_turing_attn.py"}
 
 
 def test_the_sittings_engine_settings_are_the_series_own():

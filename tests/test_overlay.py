@@ -202,7 +202,8 @@ def test_core_module_that_fits_keeps_its_name(tmp_path):
 
 def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
     # The GPU machine's tree holds only what is packed: an upstream helper
-    # module a series test imports (and what that imports) goes along, with
+    # module a series test imports (and what that imports, relative imports
+    # and modules imported by name from a package included) goes along, with
     # the packages on its way; vllm imports and missing modules do not.
     for name, text in {
         "tests/__init__.py": "",
@@ -212,17 +213,23 @@ def test_gpu_pack_takes_the_test_helpers_the_series_tests_import(tmp_path):
             "import vllm\ndef test():\n    from tests.v1.worker.helper import f\n"
         ),
         "tests/v1/worker/helper.py": "from tests.v1.attention.utils import g\nimport tests.gone\n",
-        "tests/v1/attention/utils.py": "import torch\n",
+        "tests/v1/attention/utils.py": "import torch\nfrom ... import ci_envs\nfrom .. import x\n",
+        "tests/ci_envs.py": "from tests import ci_more\n",
+        "tests/ci_more.py": "",
+        "tests/v1/x.py": "",
         "tests/v1/worker/unrelated.py": "",
     }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert overlay.test_helpers(tmp_path, ["tests/v1/worker/test_ours.py"]) == [
         "tests/__init__.py",
+        "tests/ci_envs.py",
+        "tests/ci_more.py",
         "tests/v1/__init__.py",
         "tests/v1/attention/utils.py",
         "tests/v1/worker/__init__.py",
         "tests/v1/worker/helper.py",
+        "tests/v1/x.py",
     ]
 
 

@@ -126,6 +126,7 @@ def pack_gpu(
     tree_id: str = "?",
     files: dict[str, str] | None = None,
     tree_bytes: int = 0,
+    tests: tuple[str, ...] | list[str] = (),
 ) -> None:
     """Write ``out/part1`` (and ``part1-2``, ...), ``out/wheels`` (and
     ``wheels-2``, ...) and ``out/part2`` for the runs on the GPU machine (what
@@ -189,6 +190,8 @@ def pack_gpu(
             ("SERIES_TREE", tree_id),
             ("BASE_VERSION", version),
             ("SERIES_FILES", json.dumps(files or {}, sort_keys=True)),
+            # The series' test files, which gpu/evidence.sh runs.
+            ("SERIES_TESTS", "\n".join(tests)),
         ):
             stamp = f"{value}\n".encode()
             info_ = tarfile.TarInfo(name)
@@ -237,6 +240,20 @@ def pack_gpu(
     )
 
 
+def _imported(path: Path, node: ast.AST) -> list[str]:
+    """The dotted names an import statement of ``path`` may load: the
+    module, and each imported name as a module of it (``from tests import
+    ci_envs``); a relative import resolved from the file's package."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    package = list(path.parent.parts)
+    base = package[: len(package) - node.level + 1] if node.level else []
+    module = ".".join(base + ([node.module] if node.module else []))
+    return [module] + [f"{module}.{a.name}" for a in node.names]
+
+
 def test_helpers(tree: Path, tests: list[str]) -> list[str]:
     """The upstream test modules the series' test files import (``from
     tests.x import ...``, at any depth), with the packages on their way:
@@ -248,14 +265,7 @@ def test_helpers(tree: Path, tests: list[str]) -> list[str]:
         if not path.is_file():
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
-            for name in names:
+            for name in _imported(path.relative_to(tree), node):
                 parts = name.split(".")
                 if parts[0] != "tests":
                     continue
@@ -295,4 +305,5 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
             tree_id=block["tree"],
             files=block["files"],
             tree_bytes=git.sent_bytes(t.root),
+            tests=series.gpu_test_files(t),
         )

@@ -411,6 +411,14 @@ def test_files(where: Where) -> list[str]:
     return files
 
 
+def gpu_test_files(where: Where) -> list[str]:
+    """The series' test files that run whole on the GPU machine: those that
+    are not also an upstream test file a patch extends (whose other cases
+    may need what that machine lacks, a model from the hub)."""
+    upstream = {t for entry in read_manifest(where) for t in entry.get("upstream_tests", [])}
+    return [t for t in test_files(where) if t not in upstream]
+
+
 def layering_acknowledged(where: Where) -> dict[str, str]:
     """Files whose coupling count a patch raises on purpose, with the reason
     (the manifest's ``layering`` tables)."""
