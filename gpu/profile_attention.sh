@@ -25,7 +25,7 @@ python3 bench/prefill_attention_variants.py --tree "$tree" --build "$lib"
 sections=(SpeedOfLight WarpStateStats SchedulerStats ComputeWorkloadAnalysis
   MemoryWorkloadAnalysis Occupancy InstructionStats SourceCounters LaunchStats)
 shapes=("$@")
-[ ${#shapes[@]} -gt 0 ] || shapes=(hd64.w4m2k64c2.lz.a1 hd128.w12m1k32c1 hd256.w8m1k16c1.kv)
+[ ${#shapes[@]} -gt 0 ] || shapes=(hd64.w4m2k64c2.lz.a1.rs hd128.w12m1k32c1.rs hd256.w8m1k16c1.kv.rs)
 for s in "${shapes[@]}"; do
   echo "profile: $s"
   report=/tmp/ncu_$s

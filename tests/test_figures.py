@@ -836,10 +836,10 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
     op's benchmark, the shapes table the sweep, fastest shape first."""
     ev = evidence.Evidence(REPO)
     attention = benchmarks.attention(ev)
-    assert "bench_prefill_attention_034_h100_20261207.json" in attention
+    assert "bench_prefill_attention_034_h100_20261207_2.json" in attention
     assert "bench_prefill_variants" not in attention
     shapes = benchmarks.variants(ev)
-    assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
+    assert "bench_prefill_variants_034_h100_rowsums_2.json" in shapes
     rows = [line for line in shapes.splitlines() if line.startswith("| 128 |")]
     fractions = [float(r.split(" | ")[4].rstrip(" %")) for r in rows]
     assert fractions == sorted(fractions, reverse=True) and len(rows) > 1
@@ -848,52 +848,19 @@ def test_the_sweep_and_the_op_benchmark_each_have_their_block():
 
 def test_each_head_dim_of_the_sweep_comes_from_the_newest_run_that_timed_it():
     """A sweep of some head dims only (--head-dims) replaces those head dims'
-    rows; a later sweep of every head dim replaces them all: the newest
-    (head dim 256 only, K and V staged together beside the shape shipped
-    then) gives head dim 256's table, the last of every head dim (an option
-    beside the kernel of its day) the others'; the earlier files are not
-    cited."""
+    rows; a later sweep of every head dim replaces them all: the newest (the
+    row sums, every head dim, run twice) gives every table row, and no
+    earlier file is cited."""
     ev = evidence.Evidence(REPO)
     shapes = benchmarks.variants(ev)
-    earlier = (
-        "bench_prefill_variants_033_h200_latek.json",
-        "bench_prefill_variants_033_h200_lazy_a2.json",
-        "bench_prefill_variants_033_h200_roleloops.json",
-        "bench_prefill_variants_033_h200_waves.json",
-        "bench_prefill_variants_033_h200_l2ahead.json",
-        "bench_prefill_variants_033_h200_stages.json",
-        "bench_prefill_variants_033_h200_layout.json",
-        "bench_prefill_variants_033_h200_prefetch.json",
-        "bench_prefill_variants_033_h200_split.json",
-        "bench_prefill_variants_033_h200_adopted.json",
-        "bench_prefill_variants_033_h200_unroll.json",
-        "bench_prefill_variants_033_h200_ahead.json",
-        "bench_prefill_variants_033_h200_rows.json",
-        "bench_prefill_variants_033_h200_dsplit.json",
-        "bench_prefill_variants_033_h200_sms.json",
-        "bench_prefill_variants_033_h200_slices.json",
-        "bench_prefill_variants_033_h200_loads.json",
-        "bench_prefill_variants_033_h200_rows64.json",
-        "bench_prefill_variants_033_h200_warps12.json",
-        "bench_prefill_variants_033_h200.json",
-        "bench_prefill_variants_033_h200_hd256_s2.json",
-        "bench_prefill_variants_033_h200_options.json",
-        "bench_prefill_variants_033_h200_steps.json",
-        "bench_prefill_variants_033_h200_lazy.json",
-        "bench_prefill_variants_033_h200_stream.json",
-    )
-    assert "bench_prefill_variants_033_h200_earlyk.json" in shapes
-    assert "bench_prefill_variants_033_h200_latek2.json" in shapes
-    assert not any(f in shapes for f in earlier)
+    cited = set(re.findall(r"bench_prefill_variants_[0-9a-z_]+\.json", shapes))
+    assert cited == {"bench_prefill_variants_034_h100_rowsums_2.json"}
     tables = shapes.split("| head dim | shape |")[1:]
-    assert len(tables) == 2
-    assert all(f"| {hd} |" in tables[0] for hd in (64, 128))
-    assert "| 256 |" not in tables[0] and "| 256 |" in tables[1]
-    # The table keeps to 2,048 query tokens; the run's 1,408 and 2,816 stay out.
-    assert "2,048 after 153,600" in tables[1] and "1,408" not in shapes
-    assert "`hd256.w8m1k16c1.s2.a2` (shipped then)" in shapes
-    assert "`hd64.w4m2k64c2.lz.a1` (shipped then)" in shapes
-    assert "`hd128.w12m1k32c1` (shipped then)" in shapes
+    assert len(tables) == 1
+    assert all(f"| {hd} |" in tables[0] for hd in (64, 128, 256))
+    assert "2,048 after 153,600" in tables[0]
+    for shipped in ("hd64.w4m2k64c2.lz.a1.rs", "hd128.w12m1k32c1.rs", "hd256.w8m1k16c1.kv.rs"):
+        assert f"`{shipped}` (shipped then)" in shapes
 
 
 # --- text citing a one-GPU run ----------------------------------------------------
