@@ -236,8 +236,21 @@ case $step in
     need_tree
     test_files "${TESTS_ONLY:-$TEST_GLOBS $(cat "$root/src/SERIES_TESTS" 2>/dev/null)}" || exit 1
     t=$(budget 540)
-    TEST_TIMEOUT=$((t - 30)) JOBS=$JOBS bounded "$t" tests \
-      python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests.json" "${files[@]}" &
+    {
+      TEST_TIMEOUT=$((t - 30)) JOBS=$JOBS bounded "$t" tests \
+        python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests.json" "${files[@]}"
+      # The patches' cases in upstream files (SERIES_TEST_CASES: a file and
+      # pytest's -k expression per line), those alone of their files.
+      cases=() expr=
+      while read -r f e; do
+        [ -n "$f" ] && cases+=("$f") && expr="${expr:+$expr or }$e"
+      done < <([ -n "${TESTS_ONLY:-}" ] || cat "$root/src/SERIES_TEST_CASES" 2>/dev/null)
+      if ((${#cases[@]})); then
+        t=$(budget 120)
+        TEST_TIMEOUT=$((t > 60 ? t - 30 : t)) bounded "$t" test-cases \
+          python3 gpu/run_tests.py "$root/src" "$W/series_gpu_tests_cases.json" -k "$expr" "${cases[@]}"
+      fi
+    } &
     beside=$!
     [ "${NO_ENGINES:-0}" = 1 ] || {
       bounded 200 smoke python3 gpu/smoke.py "$W/series_gpu_smoke.json" --engine-args "$ENGINE"

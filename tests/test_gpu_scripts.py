@@ -250,6 +250,15 @@ def test_evidence_runs_every_single_gpu_test_file_of_the_series():
     assert "tests/v1/worker/test_gpu_ubatch_slicing.py" not in files
     assert "tests/v1/worker/test_ubatching.py" in files
     assert "SERIES_TESTS" in re.search(r"^    test_files .*$", text, re.M).group(0)
+    # That file's own GPU case runs by itself (-k), from the pack's list.
+    cases = series.gpu_test_cases(ROOT)
+    assert cases == {
+        "tests/v1/worker/test_gpu_ubatch_slicing.py": (
+            "(test_ubatch_runner_failure_stops_the_parked_microbatch)"
+        )
+    }
+    assert set(cases) <= set(series.test_files(ROOT)) - set(files)
+    assert '"$root/src/SERIES_TEST_CASES"' in text and '-k "$expr"' in text
     chosen: dict[str, set[str]] = {}
     for name in ("ALONE_GLOBS", "TEST_GLOBS"):
         globs = re.search(rf'^{name}="([^"]+)"', text, re.M | re.S)

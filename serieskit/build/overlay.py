@@ -127,6 +127,7 @@ def pack_gpu(
     files: dict[str, str] | None = None,
     tree_bytes: int = 0,
     tests: tuple[str, ...] | list[str] = (),
+    cases: dict[str, str] | None = None,
 ) -> None:
     """Write ``out/part1`` (and ``part1-2``, ...), ``out/wheels`` (and
     ``wheels-2``, ...) and ``out/part2`` for the runs on the GPU machine (what
@@ -190,8 +191,10 @@ def pack_gpu(
             ("SERIES_TREE", tree_id),
             ("BASE_VERSION", version),
             ("SERIES_FILES", json.dumps(files or {}, sort_keys=True)),
-            # The series' test files, which gpu/evidence.sh runs.
+            # The series' test files, which gpu/evidence.sh runs, and its
+            # cases in upstream files (a file and a -k expression per line).
             ("SERIES_TESTS", "\n".join(tests)),
+            ("SERIES_TEST_CASES", "\n".join(f"{f} {e}" for f, e in (cases or {}).items())),
         ):
             stamp = f"{value}\n".encode()
             info_ = tarfile.TarInfo(name)
@@ -306,4 +309,5 @@ def session(where: Path | Target, gpu: bool = False, log=print) -> None:
             files=block["files"],
             tree_bytes=git.sent_bytes(t.root),
             tests=series.gpu_test_files(t),
+            cases=series.gpu_test_cases(t),
         )

@@ -34,6 +34,7 @@ EXPECTED_S = {"start": 90, "stage": 20, "bench": 380, "tests": 330}
 RETURNED = {
     "series_gpu_tests.json": "series_gpu_tests",
     "series_gpu_tests_alone.json": "series_gpu_tests_alone",
+    "series_gpu_tests_cases.json": "series_gpu_tests_cases",
     "series_gpu_smoke.json": "series_gpu_smoke",
     "serve_h200.json": "serve",
     "bench_prefill_attention.json": "bench_prefill_attention",

@@ -419,6 +419,17 @@ def gpu_test_files(where: Where) -> list[str]:
     return [t for t in test_files(where) if t not in upstream]
 
 
+def gpu_test_cases(where: Where) -> dict[str, str]:
+    """The patches' own GPU tests inside upstream test files (``gpu_cases``:
+    pytest's -k expression per file), which the GPU sitting runs alone of
+    their files; a file named by two patches takes either expression."""
+    cases: dict[str, str] = {}
+    for entry in read_manifest(where):
+        for path, expr in entry.get("gpu_cases", {}).items():
+            cases[path] = f"{cases[path]} or ({expr})" if path in cases else f"({expr})"
+    return cases
+
+
 def layering_acknowledged(where: Where) -> dict[str, str]:
     """Files whose coupling count a patch raises on purpose, with the reason
     (the manifest's ``layering`` tables)."""
