@@ -11,6 +11,7 @@
 #   bash gpu/evidence.sh tests          # waits for the batch, returns its files
 #                                        # (TESTS_ONLY="GLOB ...": those test files only;
 #                                        # NO_ENGINES=1: no smoke or serve run)
+#   bash gpu/evidence.sh engine         # after tests: the engine's time to first token
 # The batch (the test files, and smoke then serve, side by side; nothing
 # timed) starts at the end of `bench` in a process session of its own
 # (setsid), so that it runs on through the time between the calls; `tests`
@@ -54,14 +55,14 @@ BENCHES=(
   "210 bench_prefill_crossover.json python3 bench/prefill_crossover.py --reps 40 --head-dims 256 128 64"
 )
 # Through the engine, alone on the GPU, in a call of its own after `tests`
-# (call 3 has no room for it): BENCH_ONLY="prefill_ttft.json" NO_ALONE=1
-# NO_BATCH=1 bash gpu/evidence.sh bench, carrying part2 and MANIFEST.sha256.
+# (the `engine` step, on the tree `bench` assembled and built; `nox -s
+# evidence -- --plan` offers the call).
 EXTRA_BENCHES=(
   "480 prefill_ttft.json python3 bench/prefill_ttft.py"
 )
 # ----------------------------------------------------------------------------------
 
-STEPS="stage bench tests batch"
+STEPS="stage bench tests batch engine"
 step=${1:-}
 shift || true
 case " $STEPS " in
@@ -231,6 +232,16 @@ case $step in
     # Until the batch is done, leaving 20 s to pack what it wrote.
     while [ ! -f "$ev/batch/done" ] && ((SECONDS < LIMIT - 20)); do sleep 2; done
     [ -f "$ev/batch/done" ] || echo "evidence: the batch is still running: call tests again"
+    ;;
+  engine)
+    need_tree
+    [ ! -d "$ev/batch" ] || [ -f "$ev/batch/done" ] || {
+      echo "error: the batch is still running: call tests again first"; exit 1; }
+    for b in "${EXTRA_BENCHES[@]}"; do
+      read -r cap out cmd <<<"$b"
+      # shellcheck disable=SC2086 # cmd is a command line
+      bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
+    done
     ;;
   batch)
     need_tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -56,6 +57,22 @@ def test_the_plan_carries_the_loads_in_the_fewest_calls(load):
     assert calls[0].bytes == tree + 56 * 2**20 and calls[3].bytes == tree
     # The time a sitting may take, on the estimates.
     assert sitting.EXPECTED_S["start"] + sum(c.expected_s for c in calls) < sitting.SITTING_S
+
+
+def test_the_engine_call_comes_last_on_the_same_tree(load):
+    # The time to first token boots vLLM on the tree `bench` assembled: a call
+    # of its own after `tests`, carrying nothing, offered beside the plan.
+    root, gpu = load
+    engine = sitting.engine_call(root)
+    assert engine.carry == [] and engine.expected_s == sitting.EXPECTED_S["engine"]
+    assert engine.command == "export OUT; bash gpu/evidence.sh engine"
+    assert "engine" not in [c.step for c in sitting.plan(root, gpu)]
+    lines: list[str] = []
+    sitting.print_plan(root, gpu, log=lines.append)
+    assert any(engine.command in line for line in lines)
+    script = (Path(__file__).resolve().parents[1] / "gpu" / "evidence.sh").read_text()
+    assert re.search(r'^STEPS=".*\bengine\b.*"', script, re.M)
+    assert "\n  engine)\n" in script and "prefill_ttft.json" in sitting.RETURNED
 
 
 def test_the_plan_counts_the_untracked_files_that_travel(load):

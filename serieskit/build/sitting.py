@@ -28,8 +28,9 @@ SITTING_S = 15 * 60  # the GPU time a sitting may take from a cold machine, stag
 # seconds as the earlier one-H200 runs had them (bench: assembling, the build
 # beside the NVFP4 benchmark, the attention benchmark and crossover and
 # test_triton_turing_attn.py alone; tests: test_host_reduce.py, the longest
-# file, beside the others; a machine's start "a minute or more").
-EXPECTED_S = {"start": 90, "stage": 20, "bench": 380, "tests": 330}
+# file, beside the others; engine: the time to first token through vLLM,
+# both backends, as its H200 run took; a machine's start "a minute or more").
+EXPECTED_S = {"start": 90, "stage": 20, "bench": 380, "tests": 330, "engine": 260}
 # What gpu/evidence.sh writes on the machine -> the stem of its results file.
 RETURNED = {
     "series_gpu_tests.json": "series_gpu_tests",
@@ -139,6 +140,13 @@ def plan(root: Path, load: Path) -> list[Call]:
     return [*calls, last, Call("tests", [], [], tree, steps["tests"])]
 
 
+def engine_call(root: Path) -> Call:
+    """The optional call after ``tests``: the time to first token through
+    vLLM's engine on the tree ``bench`` assembled (it carries nothing)."""
+    steps = {**EXPECTED_S, **measured_steps(root)}
+    return Call("engine", [], [], sent_bytes(root), steps["engine"])
+
+
 def print_plan(root: Path, load: Path, log=print) -> list[Call]:
     calls = plan(root, load)
     measured = measured_steps(root)
@@ -157,6 +165,11 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
         f"expected GPU time from a cold machine: {total / 60:.1f} min ({source}; the start "
         f"{steps['start'] / 60:.1f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
         "allowed; give the machine back after the last call"
+    )
+    engine = engine_call(root)
+    log(
+        f"where the device time allows, a last call on the same tree: {engine.command} "
+        f"({engine.expected_s / 60:.1f} min): the time to first token through vLLM's engine"
     )
     log("then: nox -s evidence -- --collect FOLDER... (the calls' returned files), nox -s figures")
     return calls
