@@ -136,6 +136,16 @@ bounded() {
   return 0
 }
 
+# BENCH...: each "CAP OUT COMMAND" in turn, bounded, its results file in $W/OUT.
+run_benches() {
+  local b cap out cmd
+  for b in "$@"; do
+    read -r cap out cmd <<<"$b"
+    # shellcheck disable=SC2086 # cmd is a command line
+    bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
+  done
+}
+
 stage_parts() {
   local p
   for p in "$@"; do [ "$p" = part1 ] && bounded 60 stage-part1 bash gpu/stage1.sh .dev/gpu/part1; done
@@ -206,19 +216,13 @@ case $step in
     fi
     beside=
     if ((${#BENCHES[@]})); then
-      read -r cap out cmd <<<"${BENCHES[0]}"
-      # shellcheck disable=SC2086 # cmd is a command line
-      bounded "$cap" "${out%.json}" $cmd --out "$W/$out" &
+      run_benches "${BENCHES[0]}" &
       beside=$!
     fi
     # BUILD: the series' module with compute_75 PTX, linked into the tree (one line).
     bounded 300 build python3 -m serieskit build --tree "$root/src" --out "$root/build" --arch 75 --ptx --link --report "$W/build_report.json"
     [ -z "$beside" ] || wait "$beside" # by its id: a bare wait also waits for the log's tee
-    for b in "${after[@]+"${after[@]}"}"; do
-      read -r cap out cmd <<<"$b"
-      # shellcheck disable=SC2086 # cmd is a command line
-      bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
-    done
+    run_benches "${after[@]+"${after[@]}"}"
     if [ "${NO_ALONE:-0}" != 1 ] && test_files "$ALONE_GLOBS"; then
       # Its runs took 222 to 246 s, and once over 270: room to 360.
       t=$(budget 360)
@@ -237,11 +241,7 @@ case $step in
     need_tree
     [ ! -d "$ev/batch" ] || [ -f "$ev/batch/done" ] || {
       echo "error: the batch is still running: call tests again first"; exit 1; }
-    for b in "${EXTRA_BENCHES[@]}"; do
-      read -r cap out cmd <<<"$b"
-      # shellcheck disable=SC2086 # cmd is a command line
-      bounded "$cap" "${out%.json}" $cmd --out "$W/$out"
-    done
+    run_benches "${EXTRA_BENCHES[@]}"
     ;;
   batch)
     need_tree
