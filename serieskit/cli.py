@@ -185,7 +185,7 @@ def cmd_overlay(args: argparse.Namespace, t: Target) -> None:
 
 
 def cmd_evidence(args: argparse.Namespace, t: Target) -> None:
-    sitting.evidence(t.root, args.collect, held_s=args.held_s, replace=args.replace)
+    sitting.evidence(t.root, args.collect, args.held_s, args.replace, args.budget_s)
 
 
 def cmd_wheel(args: argparse.Namespace, t: Target) -> None:
@@ -403,6 +403,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--plan", action="store_true", help="print the calls (the default): command, carry, minutes"
     )
+    ev.add_argument("--budget-s", type=float, help="device seconds left: leave out what won't fit")
     ev.add_argument(
         "--collect",
         nargs="+",

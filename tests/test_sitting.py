@@ -212,6 +212,80 @@ def sitting_files(tmp_path, date: str = "2026-12-02T05:10:00Z") -> list[Path]:
     return [bench, rest]
 
 
+def _measured(root: Path) -> None:
+    """A whole sitting with its parts, as gpu/evidence.sh's timeline has them."""
+    (root / "results").mkdir(exist_ok=True)
+
+    def parts(**seconds: float) -> list[dict]:
+        return [
+            {"part": k.replace("_", "-") if k.startswith("tests_") else k, "seconds": v}
+            for k, v in seconds.items()
+        ]
+
+    (root / "results" / "sitting_034_h100_20261207.json").write_text(
+        json.dumps(
+            {
+                "date": "2026-12-07T23:00:00Z",
+                "start_s": 25.0,
+                "calls": [
+                    {"step": "stage", "seconds": 1.0, "parts": []},
+                    {
+                        "step": "bench",
+                        "seconds": 226.0,
+                        "parts": parts(
+                            assemble=8.0,
+                            build=14.0,
+                            nvfp4_dequant=46.0,
+                            bench_prefill_attention=19.0,
+                            bench_prefill_crossover=38.0,
+                            tests_alone=115.0,
+                        ),
+                    },
+                    {"step": "batch", "seconds": 383.0, "parts": parts(smoke=124.0, tests=324.0)},
+                    {"step": "tests", "seconds": 378.0, "parts": []},
+                ],
+            }
+        )
+    )
+
+
+def test_the_plan_fits_the_device_time_left(load):
+    root, gpu = load
+    _measured(root)
+    # The benchmarks less the first one's time beside the build; the batch
+    # beyond its test files (the engines beside them).
+    assert sitting.trim_savings(root) == {
+        "NO_BENCH=1": ("bench", 46.0 + 19.0 + 38.0 - 14.0),
+        "NO_ENGINES=1": ("tests", 383.0 - 324.0),
+    }
+    whole = 25.0 + 1.0 + 1.0 + 226.0 + 378.0 + sitting.WARM_S * 3 / 2
+
+    def planned(budget: float | None) -> tuple[list[sitting.Call], str]:
+        lines: list[str] = []
+        calls = sitting.print_plan(root, gpu, log=lines.append, budget_s=budget)
+        return calls, "\n".join(lines)
+
+    calls, text = planned(None)
+    assert all(not c.env for c in calls) and "where the device time allows" in text
+    calls, text = planned(whole + 300.0)  # all of it, and the engine call after
+    assert all(not c.env for c in calls) and "allows a last call" in text
+    calls, text = planned(whole)
+    assert all(not c.env for c in calls) and "no device time left for the last call" in text
+    calls, text = planned(whole - 50.0)  # the benchmarks' 89 s are enough
+    bench, tests = calls[-2], calls[-1]
+    assert bench.command == "export OUT; NO_BENCH=1 bash gpu/evidence.sh bench part1-2"
+    assert tests.command == "export OUT; bash gpu/evidence.sh tests"
+    assert bench.expected_s == 226.0 - 89.0 and "left out" in text and "the benchmarks" in text
+    calls, _ = planned(whole - 100.0)  # and the engines beside the tests (the batch inherits)
+    assert calls[-2].env == ["NO_BENCH=1", "NO_ENGINES=1"] and calls[-1].env == ["NO_ENGINES=1"]
+    assert calls[-1].expected_s == 378.0 - 59.0
+    with pytest.raises(ToolkitError, match=r"needs 8.8 min .* without the benchmarks and the "):
+        planned(whole - 200.0)
+    script = (Path(__file__).resolve().parents[1] / "gpu" / "evidence.sh").read_text()
+    for switch, _, _ in sitting.TRIMS:
+        assert "${" + switch.split("=")[0] + ":-0}" in script
+
+
 def test_collect_writes_each_results_file_the_logs_and_the_sitting(tmp_path):
     root = tmp_path / "repo"
     (root / "results").mkdir(parents=True)

@@ -13,7 +13,7 @@ import re
 import shutil
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from serieskit import results
@@ -43,6 +43,17 @@ RETURNED = {
     "nvfp4_dequant.json": "nvfp4_dequant",
     "prefill_ttft.json": "prefill_ttft",
 }
+# What a sitting leaves out, in this order, where the session's device time
+# left (the device tool's budget_left_s) is short of the whole one: the
+# switch of gpu/evidence.sh, the calls that take it (the batch inherits it
+# from `bench`, which starts it, or `tests`) and what it drops. The
+# benchmarks' last results stay (pr --check says which the series changed
+# since); the smoke and serve runs are the engines beside the test files.
+TRIMS = (
+    ("NO_BENCH=1", ("bench",), "the benchmarks"),
+    ("NO_ENGINES=1", ("bench", "tests"), "the smoke and serve runs"),
+)
+REFUSED_S = 90  # what a start the device tool refuses costs of the session's time
 PURPOSE = (
     "the series' single-GPU evidence at its head, in one sitting of the GPU machine "
     "(nox -s evidence: gpu/evidence.sh stage, bench, tests)"
@@ -65,10 +76,11 @@ class Call:
     carry: list[str]  # paths relative to the repository
     bytes: int  # the carried paths and the working tree
     expected_s: float
+    env: list[str] = field(default_factory=list)  # gpu/evidence.sh's switches (TRIMS)
 
     @property
     def command(self) -> str:
-        return " ".join(["export OUT; bash gpu/evidence.sh", self.step, *self.parts])
+        return " ".join(["export OUT;", *self.env, "bash gpu/evidence.sh", self.step, *self.parts])
 
 
 def _size(path: Path) -> int:
@@ -77,22 +89,46 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def measured_steps(root: Path) -> dict[str, float]:
-    """Seconds per step of the newest measured sitting (results/sitting_*.json),
-    a whole one (that reached its `tests` call) before a step run again; the
-    machine's start as ``start``; {} where none was measured."""
+def _newest_sitting(root: Path) -> dict:
+    """The newest measured sitting (results/sitting_*.json), a whole one (that
+    reached its `tests` call) before a step run again; {} where none was."""
     found = sorted(
         (json.loads(p.read_text()) for p in (root / "results").glob("sitting_*.json")),
         key=lambda d: (results.whole_sitting(d), str(d.get("date"))),
     )
-    if not found:
-        return {}
+    return found[-1] if found else {}
+
+
+def measured_steps(root: Path) -> dict[str, float]:
+    """Seconds per step of the newest measured sitting; the machine's start as
+    ``start``; {} where none was measured."""
+    sitting = _newest_sitting(root)
     out: dict[str, float] = {}
-    for call in found[-1].get("calls", []):
+    for call in sitting.get("calls", []):
         out[call["step"]] = max(out.get(call["step"], 0.0), float(call["seconds"]))
-    if (start := found[-1].get("start_s")) is not None:
+    if (start := sitting.get("start_s")) is not None:
         out["start"] = float(start)
     return out
+
+
+def trim_savings(root: Path) -> dict[str, tuple[str, float]]:
+    """Per switch of TRIMS, the call it shortens and the seconds it saves
+    there, from the parts of the newest measured sitting (0 where none was):
+    the benchmarks less the first one's time beside the build; the batch's
+    time beyond its test files (the engines run beside them)."""
+    parts: dict[str, dict[str, float]] = {}
+    for call in _newest_sitting(root).get("calls", []):
+        for part in call.get("parts", []):
+            parts.setdefault(call["step"], {})[part["part"]] = float(part["seconds"])
+    bench = parts.get("bench", {})
+    benches = [v for k, v in bench.items() if k + ".json" in RETURNED]
+    beside = min(benches[0], bench.get("build", 0.0)) if benches else 0.0
+    batch = measured_steps(root).get("batch", 0.0)
+    tests = parts.get("batch", {}).get("tests", batch)
+    return {
+        "NO_BENCH=1": ("bench", max(0.0, sum(benches) - beside)),
+        "NO_ENGINES=1": ("tests", max(0.0, batch - tests)),
+    }
 
 
 def plan(root: Path, load: Path) -> list[Call]:
@@ -147,12 +183,43 @@ def engine_call(root: Path) -> Call:
     return Call("engine", [], [], sent_bytes(root), steps["engine"])
 
 
-def print_plan(root: Path, load: Path, log=print) -> list[Call]:
+def fit(root: Path, calls: list[Call], total: float, budget_s: float) -> tuple[float, list[str]]:
+    """The calls switched (TRIMS, in order) until their ``total`` expected
+    seconds fit ``budget_s``: the new total and what was left out. Refuses
+    where even the test files do not fit."""
+    dropped: list[str] = []
+    savings = trim_savings(root)
+    for switch, takes, what in TRIMS:
+        if total <= budget_s:
+            break
+        step, saved = savings[switch]
+        for c in calls:
+            if c.step in takes:
+                c.env.append(switch)
+            if c.step == step:
+                c.expected_s -= saved
+        total -= saved
+        dropped.append(what)
+    if total > budget_s:
+        raise ToolkitError(
+            f"evidence: the sitting needs {total / 60:.1f} min of device time"
+            + (f" without {' and '.join(dropped)}" if dropped else "")
+            + f", and {budget_s / 60:.1f} are left: keep it for a session with more"
+        )
+    return total, dropped
+
+
+def print_plan(root: Path, load: Path, log=print, budget_s: float | None = None) -> list[Call]:
+    """The plan's calls, printed; with ``budget_s`` (the device time left),
+    fitted to it (:func:`fit`) and the engine call offered only where it fits."""
     calls = plan(root, load)
     measured = measured_steps(root)
     gaps = WARM_S * (len(calls) - 1) / 2  # the coordinator's time between calls, at most WARM_S
     steps = {**EXPECTED_S, **measured}
     total = steps["start"] + sum(c.expected_s for c in calls) + gaps
+    dropped: list[str] = []
+    if budget_s is not None:
+        total, dropped = fit(root, calls, total, budget_s)
     source = "the last measured sitting" if measured else "the earlier one-H200 runs (estimates)"
     log(f"evidence: {len(calls)} device calls (kind nvidia-h200), each within {WARM_S} s of the")
     log("last (the machine is kept that long), in order:")
@@ -166,11 +233,21 @@ def print_plan(root: Path, load: Path, log=print) -> list[Call]:
         f"{steps['start'] / 60:.1f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
         "allowed; give the machine back after the last call"
     )
+    if dropped:
+        log(f"left out to fit the {budget_s / 60:.1f} min left: {'; '.join(dropped)}")
     engine = engine_call(root)
-    log(
-        f"where the device time allows, a last call on the same tree: {engine.command} "
-        f"({engine.expected_s / 60:.1f} min): the time to first token through vLLM's engine"
-    )
+    what = f"{engine.command} ({engine.expected_s / 60:.1f} min): the time to first token"
+    if budget_s is None:
+        log(f"where the device time allows, a last call on the same tree: {what}")
+    elif budget_s - total >= engine.expected_s + WARM_S:
+        log(f"the device time left allows a last call on the same tree: {what}")
+    else:
+        log(f"no device time left for the last call on the same tree: {what}")
+    if budget_s is not None:
+        log(
+            f"{(budget_s - total) / 60:.1f} min left after the sitting: a start the device "
+            f"tool refuses costs about {REFUSED_S / 60:.1f} min of it"
+        )
     log("then: nox -s evidence -- --collect FOLDER... (the calls' returned files), nox -s figures")
     return calls
 
@@ -325,10 +402,14 @@ def collect(
 
 
 def evidence(
-    root: Path, collect_from: list[Path] | None, held_s: float | None, replace: bool
+    root: Path,
+    collect_from: list[Path] | None,
+    held_s: float | None,
+    replace: bool,
+    budget_s: float | None = None,
 ) -> None:
     """``evidence``: the plan of the sitting's device calls, or (``--collect``) results/."""
     if collect_from:
         collect(root, collect_from, held_s=held_s, replace=replace)
         return
-    print_plan(root, root / ".dev" / "gpu")
+    print_plan(root, root / ".dev" / "gpu", budget_s=budget_s)
