@@ -270,7 +270,7 @@ def test_the_plan_fits_the_device_time_left(load):
     calls, text = planned(whole + 300.0)  # all of it, and the engine call after
     assert all(not c.env for c in calls) and "allows a last call" in text
     calls, text = planned(whole)
-    assert all(not c.env for c in calls) and "no device time left for the last call" in text
+    assert all(not c.env for c in calls) and "no device time left for a last call" in text
     calls, text = planned(whole - 50.0)  # the benchmarks' 89 s are enough
     bench, tests = calls[-2], calls[-1]
     assert bench.command == "export OUT; NO_BENCH=1 bash gpu/evidence.sh bench part1-2"

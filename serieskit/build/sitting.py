@@ -233,17 +233,18 @@ def print_plan(root: Path, load: Path, log=print, budget_s: float | None = None)
         f"{steps['start'] / 60:.1f} min, the gaps {gaps:.0f} s) of the {SITTING_S // 60} "
         "allowed; give the machine back after the last call"
     )
-    if dropped:
-        log(f"left out to fit the {budget_s / 60:.1f} min left: {'; '.join(dropped)}")
     engine = engine_call(root)
     what = f"{engine.command} ({engine.expected_s / 60:.1f} min): the time to first token"
     if budget_s is None:
         log(f"where the device time allows, a last call on the same tree: {what}")
-    elif budget_s - total >= engine.expected_s + WARM_S:
-        log(f"the device time left allows a last call on the same tree: {what}")
     else:
-        log(f"no device time left for the last call on the same tree: {what}")
-    if budget_s is not None:
+        if dropped:
+            log(f"left out to fit the {budget_s / 60:.1f} min left: {'; '.join(dropped)}")
+        fits = budget_s - total >= engine.expected_s + WARM_S
+        log(
+            f"{'the device time left allows' if fits else 'no device time left for'} "
+            f"a last call on the same tree: {what}"
+        )
         log(
             f"{(budget_s - total) / 60:.1f} min left after the sitting: a start the device "
             f"tool refuses costs about {REFUSED_S / 60:.1f} min of it"
