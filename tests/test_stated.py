@@ -13,6 +13,7 @@ from serieskit.errors import ToolkitError
 DOC = {
     "kind": "bench",
     "rows": [{"m": 2048, "op_ms": 0.6671, "marlin_ms": 1.1243, "fraction": 0.5587}],
+    "registers": 254,
     "figures": {
         "op": {"value": 0.6671, "unit": "ms"},
         "marlin": {"value": 1.1243, "unit": "ms"},
@@ -47,6 +48,8 @@ def test_figures_held_at_the_precision_written(tmp_path):
         ("No slower than Marlin from 128 tokens (`results/nvfp4_h100.json`).", "128 tokens"),
         # A ratio neither the claim's figures nor the file's give.
         ("The op is 2.10x faster (`results/nvfp4_h100.json`).", "2.10x"),
+        # A compile's registers the file does not hold (the review's 255 for 254).
+        ("The kernel fits in 255 registers (`results/nvfp4_h100.json`).", "255 registers"),
     ],
 )
 def test_a_figure_its_cited_file_does_not_hold_fails(tmp_path, claim, figure):
@@ -59,6 +62,11 @@ def test_a_measured_figure_without_a_citation_fails_in_pr_texts(tmp_path):
     root = tree(tmp_path, "Emulation is slower: 0.709 against 0.693 ms.\n")
     found = stated.check(root, stated.pr_texts(root), cite=True)
     assert len(found) == 1 and "without citing" in found[0]
+    (root / "reports" / "pr" / "nvfp4" / "overview.md").write_text("It takes 254 registers.\n")
+    assert "without citing" in stated.check(root, stated.pr_texts(root), cite=True)[0]
+    (root / "reports" / "pr" / "nvfp4" / "overview.md").write_text(
+        "Emulation is slower: 0.709 against 0.693 ms.\n"
+    )
     # Inputs (tokens) need no citation; outside the PR texts none is asked.
     assert stated.check(root, stated.pr_texts(root), cite=False) == []
     (root / "reports" / "pr" / "nvfp4" / "overview.md").write_text("At 2,048 tokens.\n")

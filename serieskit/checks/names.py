@@ -42,6 +42,10 @@ blocks hold commands and their output). Its form says what it must be:
 A name with a placeholder (``X.Y.Z``, ``<...>``, ``VERSION``, ``...``), a
 command's other words, numbers and JSON are skipped; :data:`ALLOWED` holds the
 few names of neither tree, each with its reason.
+
+A text that gives a named file's size (```a/b.py` is 587 lines``, the file by
+its path or bare name) states a fact of the code: it must be the file's count
+of lines in its tree.
 """
 
 from __future__ import annotations
@@ -365,8 +369,33 @@ def recipe_module(root: Path) -> set[str]:
     return {f"vllm.{module}"} if module else set()
 
 
+SIZE = re.compile(r"`([\w./-]+\.\w+)` is (\d{1,3}(?:,\d{3})*|\d+) lines\b")
+
+
+def sizes(given: list[Text], vllm: Tree, own: Tree) -> list[str]:
+    """One line per file size a text gives (:data:`SIZE`) that its file in
+    the text's trees does not have (a file not found is the names' problem)."""
+    out = []
+    for x in given:
+        for n, line in x.lines:
+            for name, count in SIZE.findall(line):
+                paths = [
+                    t.root / f
+                    for t in ([vllm, own] if x.toolkit else [vllm])
+                    for f in sorted(t.files)
+                    if f == name or f.endswith("/" + name)
+                ]
+                if len(paths) != 1:
+                    continue
+                lines = len(paths[0].read_text(errors="replace").splitlines())
+                if lines != int(count.replace(",", "")):
+                    out.append(f"{x.label}:{n}: `{name}` is {lines} lines, not {count}")
+    return out
+
+
 def problems(given: list[Text], vllm: Tree, own: Tree) -> list[str]:
-    """One line per name a text gives that its trees do not have."""
+    """One line per name a text gives that its trees do not have, and per
+    file size it gives that the file does not have."""
     named = [(x, n, name) for x in given for n, code in spans(x.lines) for name in names_in(code)]
     vllm.grep(w for x, _, name in named for w in _words(name, [vllm, own] if x.toolkit else [vllm]))
     own.grep(w for x, _, name in named if x.toolkit for w in _words(name, [vllm, own]))
@@ -375,7 +404,7 @@ def problems(given: list[Text], vllm: Tree, own: Tree) -> list[str]:
         if not found([vllm, own] if x.toolkit else [vllm], name):
             where = "the patched tree (nor the toolkit)" if x.toolkit else "the patched tree"
             out.append(f"{x.label}:{n}: `{name}` is not in {where}")
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out + sizes(given, vllm, own)))
 
 
 def check(t: Target, tree: Path, base: str) -> list[str]:
@@ -399,8 +428,9 @@ def session(where: Path | Target, log=print) -> None:
         lines = []
         if problems:
             lines.append(
-                f"{len(problems)} name(s) in code format that the code does not have (rename "
-                "them in the text, or give the reason in serieskit/checks/names.py ALLOWED):"
+                f"{len(problems)} name(s) in code format, or file sizes, that the code does not "
+                "have (mend the text, or give a name's reason in serieskit/checks/names.py "
+                "ALLOWED):"
             )
             lines += [f"  {p}" for p in problems]
         if wrong:

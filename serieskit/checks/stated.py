@@ -3,7 +3,7 @@
 A claim (a paragraph, list item or table row, outside the figures blocks and
 fenced code) that cites ``results/NAME.json`` speaks for that file: each
 number it gives with a unit (``0.667 ms``, ``55.9 %``, ``2.08 GB/s``,
-``462.8 TFLOP/s``, ``512 tokens``, ``4.79x``) must be one of the file's
+``462.8 TFLOP/s``, ``512 tokens``, ``254 registers``, ``4.79x``) must be one of the file's
 numbers at the precision written (a fraction may be written as a
 percentage, seconds as ms or us). A ratio (``x``) may also be two numbers
 of the claim divided, or two of the file's figures. So a text cannot keep a
@@ -31,7 +31,7 @@ from serieskit.errors import ToolkitError
 # A number, then a unit; thousands separated by commas.
 STATED = re.compile(
     r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s?"
-    r"(ms|us|µs|%|GB/s|TFLOP/s|tokens\b|x\b)"
+    r"(ms|us|µs|%|GB/s|TFLOP/s|tokens\b|registers\b|x\b)"
 )
 # How a file may hold a number written in a unit: the factors to try.
 SCALES = {
@@ -42,6 +42,7 @@ SCALES = {
     "GB/s": (1.0, 1e-9),
     "TFLOP/s": (1.0, 1e-12),
     "tokens": (1.0,),
+    "registers": (1.0,),
     "x": (1.0,),
 }
 
@@ -111,9 +112,10 @@ def unheld(claim: str, docs: list[dict]) -> list[str]:
     return bad
 
 
-# Units of what was measured (not of the inputs, such as tokens): in a pull
-# request's text, a claim that states one cites the results file it is from.
-MEASURED = ("ms", "us", "µs", "%", "GB/s", "TFLOP/s", "x")
+# Units of what was measured (not of the inputs, such as tokens), the
+# registers a compile gave included: in a pull request's text, a claim that
+# states one cites the results file it is from.
+MEASURED = ("ms", "us", "µs", "%", "GB/s", "TFLOP/s", "registers", "x")
 
 
 def check_text(root: Path, path: Path, cite: bool = False) -> list[str]:
