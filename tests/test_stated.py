@@ -77,3 +77,16 @@ def test_session_lists_every_problem(tmp_path):
     root = tree(tmp_path, "The op takes 0.558 ms (`results/nvfp4_h100.json`).\n")
     with pytest.raises(ToolkitError, match=r"overview.md:1: `0.558 ms`"):
         stated.session(root, log=lambda *a: None)
+
+
+def test_a_path_contract_states_only_what_its_named_files_hold(tmp_path):
+    # The manifest's path rows name their files apart (the body may not).
+    root = tree(tmp_path, "")
+    said = "sm_75 without spills: 254 registers at 2,048 tokens"
+    assert stated.contract(root, said, ["results/nvfp4_h100.json"]) == []
+    assert stated.contract(root, said.replace("254", "255"), ["results/nvfp4_h100.json"]) == [
+        "`255 registers` is in none of nvfp4_h100.json"
+    ]
+    assert "without naming the results file" in stated.contract(root, said, [])[0]
+    assert stated.contract(root, "at 2,048 tokens", []) == []  # inputs need no file
+    assert "does not hold" in stated.contract(root, said, ["results/gone.json"])[0]

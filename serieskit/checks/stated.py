@@ -141,6 +141,30 @@ def check_text(root: Path, path: Path, cite: bool = False) -> list[str]:
     return out
 
 
+def contract(root: Path, text: str, cited: Iterable[str]) -> list[str]:
+    """The problems of a text that names its results files apart from it (a
+    manifest's path contract: the body it goes into may not name them): a
+    measured figure needs a named file, and every measured figure must be in
+    one."""
+    names = [n.removeprefix("results/") for n in cited]
+    if gone := [n for n in names if not (root / "results" / n).is_file()]:
+        return [f"names {', '.join(gone)}, which results/ does not hold"]
+    if not names:
+        measured = [m.group(0) for m in STATED.finditer(text) if m.group(3) in MEASURED]
+        return (
+            [
+                f"states {', '.join(f'`{x}`' for x in measured)} without naming the results "
+                "file it is from (evidence = [...])"
+            ]
+            if measured
+            else []
+        )
+    docs = [json.loads((root / "results" / n).read_text()) for n in names]
+    # The measured figures only: a contract's conditions give inputs (tokens).
+    bad = [f for f in unheld(text, docs) if STATED.match(f).group(3) in MEASURED]  # type: ignore[union-attr]
+    return [f"`{f}` is in none of {', '.join(names)}" for f in bad]
+
+
 def check(root: Path, paths: Iterable[Path], cite: bool = False) -> list[str]:
     return [p for path in paths if path.is_file() for p in check_text(root, path, cite)]
 

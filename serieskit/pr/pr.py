@@ -331,6 +331,12 @@ def session(
     failed += [f"names: {p}" for p in gone]
     # Figures the texts state that their cited results files do not hold.
     failed += [f"figures: {p}" for p in stated.check(root, stated.pr_texts(root), cite=True)]
+    # and that the path contracts state beside the files they name (evidence).
+    for g in order(groups):
+        for r in g.paths:
+            said = " ".join(str(v) for k, v in r.items() if k not in ("evidence", "route"))
+            for p in stated.contract(root, said, r.get("evidence", [])):
+                failed.append(f"figures: {g.name}: the path {r.get('path')!r} {p}")
     if gone and not (check or push):
         log(f"pr: {len(gone)} name(s) in code format that the code lacks (--check lists them)")
     if examples:
