@@ -939,3 +939,18 @@ def test_cpu_counts_say_which_revision_they_ran(proot):
     run(proot)
     body = (proot / ".work/pr/host/body.md").read_text()
     assert "| `tests/test_a.py` | CPU, vLLM 0.0.2 | 2 | 0 | 1 | this revision |" in body
+
+
+def test_an_rfc_draft_gives_the_count_the_commits_have(tmp_path):
+    # The review's drift: RFC drafts kept 550 / 919 / "about 130" by hand
+    # after the commits changed 552 / 941 / 135 lines.
+    rfc = tmp_path / "rfc.md"
+    rfc.write_text("Against vLLM 0.34.0 the pull request changes\n941 lines outside kernels.\n")
+    assert bodycheck.rfc_count(rfc, 941) == []
+    assert bodycheck.rfc_count(rfc, 919) == [
+        "rfc.md says the change has 941 lines outside them; it has 919"
+    ]
+    rfc.write_text("the change adds about 130 lines outside config, tests and docs\n")
+    assert bodycheck.rfc_count(rfc, 135) != []
+    rfc.write_text("an RFC that gives no count\n")
+    assert bodycheck.rfc_count(rfc, 135) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 ITEM = re.compile(r"^(\s*[-*] )\[([ xX])\] (.*)$")
 
@@ -105,3 +106,19 @@ def missing_paths(body: str, exists: Callable[[str], bool]) -> list[str]:
         for p in named
         if not exists(p)
     ]
+
+
+# An RFC draft's count of the change: "changes 941 lines outside kernels, ...".
+RFC_COUNT = re.compile(
+    r"(?:adds|changes)\s+(?:about\s+)?(\d{1,3}(?:,\d{3})+|\d+)\s+lines\s+outside"
+)
+
+
+def rfc_count(path: Path, counted: int) -> list[str]:
+    """An RFC draft that gives the change's size must give the one the pull
+    request's commits have (``counted``: pr.rfc_lines), not a count kept by hand."""
+    m = RFC_COUNT.search(path.read_text()) if path.is_file() else None
+    said = int(m.group(1).replace(",", "")) if m else None
+    if said is None or said == counted:
+        return []
+    return [f"{path.name} says the change has {said:,} lines outside them; it has {counted:,}"]

@@ -172,12 +172,15 @@ def run_checks(
     rfc = b.group.rfc
     add(
         f"RFC for more than {RFC_LINES} lines outside kernels, config and tests",
-        []
-        if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file())
-        else [
-            f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and name "
-            'it as rfc = "..." in its [[pr]]' + (f" ({rfc} is missing)" if rfc else "")
-        ],
+        (
+            []
+            if counted <= RFC_LINES or (rfc and (t.root / rfc).is_file())
+            else [
+                f"{counted} changed lines outside {', '.join(NOT_COUNTED)}: write the RFC and "
+                'name it as rfc = "..." in its [[pr]]' + (f" ({rfc} is missing)" if rfc else "")
+            ]
+        )
+        + (bodycheck.rfc_count(t.root / rfc, counted) if rfc else []),
         f"{counted} lines" + (f"; RFC draft {rfc}" if rfc and counted > RFC_LINES else ""),
     )
     add("pre-commit on the changed files", *pre)
