@@ -191,9 +191,9 @@ def test_a_file_size_a_text_gives_is_the_files(tmp_path):
     vllm, own = trees(tmp_path)
     path = "vllm/v1/attention/backends/triton_turing_attn.py"
     count = len((vllm.root / path).read_text().splitlines())
-    ok = f"`triton_turing_attn.py` is {count} lines, and `{path}` is {count} lines too\n"
+    ok = f"`triton_turing_attn.py` is {count} lines, and `{path}` (`X`) is {count} lines too\n"
     assert names.problems([text("reports/pr/x/overview.md", ok)], vllm, own) == []
-    stale = f"Size of the backend: `triton_turing_attn.py` is {count + 13} lines\n"
+    stale = f"Size of the backend: `triton_turing_attn.py` (`X`) is {count + 13} lines\n"
     assert names.problems([text("reports/pr/x/overview.md", stale)], vllm, own) == [
         f"reports/pr/x/overview.md:1: `triton_turing_attn.py` is {count} lines, not {count + 13}"
     ]

@@ -369,7 +369,7 @@ def recipe_module(root: Path) -> set[str]:
     return {f"vllm.{module}"} if module else set()
 
 
-SIZE = re.compile(r"`([\w./-]+\.\w+)` is (\d{1,3}(?:,\d{3})*|\d+) lines\b")
+SIZE = re.compile(r"`([\w./-]+\.\w+)`(?: \([^)]*\))? is (\d{1,3}(?:,\d{3})*|\d+) lines\b")
 
 
 def sizes(given: list[Text], vllm: Tree, own: Tree) -> list[str]:

@@ -3,8 +3,8 @@
 A claim (a paragraph, list item or table row, outside the figures blocks and
 fenced code) that cites ``results/NAME.json`` speaks for that file: each
 number it gives with a unit (``0.667 ms``, ``55.9 %``, ``2.08 GB/s``,
-``462.8 TFLOP/s``, ``512 tokens``, ``254 registers``, ``4.79x``) must be one of the file's
-numbers at the precision written (a fraction may be written as a
+``462.8 TFLOP/s``, ``512 tokens``, ``254 registers``, ``4.79x``) must be one
+of the file's numbers at the precision written (a fraction may be written as a
 percentage, seconds as ms or us). A ratio (``x``) may also be two numbers
 of the claim divided, or two of the file's figures. So a text cannot keep a
 figure its file has stopped holding, or state one it never held.
@@ -146,7 +146,7 @@ def contract(root: Path, text: str, cited: Iterable[str]) -> list[str]:
     manifest's path contract: the body it goes into may not name them): a
     measured figure needs a named file, and every measured figure must be in
     one."""
-    names = [n.removeprefix("results/") for n in cited]
+    names = [n.removeprefix("results/") for n in ([cited] if isinstance(cited, str) else cited)]
     if gone := [n for n in names if not (root / "results" / n).is_file()]:
         return [f"names {', '.join(gone)}, which results/ does not hold"]
     if not names:
