@@ -16,7 +16,7 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
   and bench/mma_microbench.py at the kernel's occupancy; every shape against
   a float64 reference on ragged batches (outputs poisoned with NaN,
   automatic and forced splits); then each shape timed in CUDA graphs, median
-  after warm-up, on 2048 query tokens (or --queries) after 32,768 and
+  after warm-up, the shapes of a case in turn over four rounds, on 2048 query tokens (or --queries) after 32,768 and
   153,600 of context, as a fraction of that ceiling and against the
   shipped shape, and the shipped shapes once more on L2-resident keys.
   H200 figures through compute_75 PTX, never Turing figures. About 3
@@ -59,12 +59,13 @@ from sm75_prefill_lib import (  # noqa: E402
     traits_key,
     variants,
 )
-from timing import time_events, time_graph  # noqa: E402
+from timing import time_interleaved  # noqa: E402
 
 from serieskit import results  # noqa: E402
 from serieskit.build import build  # noqa: E402
 
 CONTEXTS = (32 * 1024, 150 * 1024)
+ROUNDS = 4  # the runs of a case are timed in turn, this many times (timing.in_rounds)
 # (query lengths, context lengths, query heads, KV heads, page size): ragged
 # batches with a request of one token, one that starts a sequence, and one
 # whose chunk crosses several pages and tiles.
@@ -294,16 +295,6 @@ def check_variants(torch, lib, vs: list[dict]) -> dict[str, dict]:
     return worst
 
 
-def timed(fn, reps: int) -> dict:
-    """The CUDA-graph timing; where capturing a launch of this library
-    fails, CUDA events around each launch (the same kernels, with the launch
-    overhead), and the timing says which."""
-    try:
-        return {**time_graph(fn, reps), "timing": "graph"}
-    except RuntimeError as e:
-        return {**time_events(fn, reps, 3), "timing": f"events (graph capture failed: {e})"}
-
-
 def time_variants(
     torch, lib, vs: list[dict], contexts, reps: int, ceiling: float, queries=(QUERY,)
 ) -> list[dict]:
@@ -335,16 +326,21 @@ def time_variants(
         runs = [(v, "paged", inp) for v in vs if v["head_dim"] == hd]
         for kind, case in (("l2_resident", resident), ("previous_rule", inp)):
             runs += [(v, kind, case) for v in vs if v["head_dim"] == hd and v["shipped"]]
+        # Every run of the case set up first, then timed in interleaved
+        # rounds, so that a drift of the clocks falls on the shapes alike.
+        planned = []
         for v, kv, case in runs:
             out = torch.empty_like(inp["query"])
             p = params_for(torch, case, out, None, scratch)
-            n = reps if ctx < 100_000 else max(10, reps // 2)
             split = auto_split(lib, v["index"], p)
             if kv == "previous_rule":
                 ctas = -(-query * (p.num_heads // KV_HEADS) // v["rows_per_cta"]) * KV_HEADS
                 split = uniform_splits_for(ctas, device_sms * v["ctas_per_sm"]), 0
-            t = timed(launcher(torch, lib, v["index"], p, *split), n)
-            torch.cuda.synchronize()
+            planned.append((v, kv, out, p, split, launcher(torch, lib, v["index"], p, *split)))
+        n = reps if ctx < 100_000 else max(10, reps // 2)
+        times = time_interleaved([fn for *_, fn in planned], n, ROUNDS)
+        torch.cuda.synchronize()
+        for (v, kv, out, _p, split, _fn), t in zip(planned, times, strict=True):
             row = {
                 "variant": v["name"],
                 "kv": kv,
@@ -370,6 +366,7 @@ def time_variants(
                 f"{row['splits']} splits after {row['whole_ctas']} whole CTAs",
                 flush=True,
             )
+        del planned
         del inp, resident, scratch
         torch.cuda.empty_cache()
     for r in rows:
@@ -424,9 +421,9 @@ def run_gpu(
         "variants": vs,
         "rows": timed,
         "timing": (
-            "CUDA graph replay, CUDA events, median of reps after warm-up "
-            "(bench/timing.py's time_graph; a row's timing says 'events' where "
-            "capture failed)"
+            "CUDA graph replay, CUDA events, median of reps after warm-up, the runs of a "
+            f"case interleaved in {ROUNDS} rounds (bench/timing.py's time_interleaved; a "
+            "row's timing says 'events' where capture failed)"
         ),
     }, {"sm_count": torch.cuda.get_device_properties(0).multi_processor_count}
 

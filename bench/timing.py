@@ -56,6 +56,54 @@ def time_graph(fn, reps: int, warmup: int = 3) -> dict:
     return _summary(times, reps)
 
 
+def in_rounds(timers: list, reps: int, rounds: int) -> list[list[float]]:
+    """Samples of each of ``timers`` (calls that time one run, in ms), taken
+    in ``rounds`` rounds that each take ``reps / rounds`` (rounded up) of
+    every timer in turn: a drift of the GPU's clocks over the run falls on
+    each alike, where timing them one after the other puts it between them."""
+    per = max(1, -(-reps // max(1, rounds)))
+    samples: list[list[float]] = [[] for _ in timers]
+    for _ in range(max(1, rounds)):
+        for timer, out in zip(timers, samples, strict=True):
+            out.extend(timer() for _ in range(per))
+    return samples
+
+
+def time_interleaved(fns: list, reps: int, rounds: int = 4, warmup: int = 3) -> list[dict]:
+    """Each of ``fns`` captured in a CUDA graph after warm-up and replayed in
+    rounds (:func:`in_rounds`), or, where its capture fails, called between
+    CUDA events in its turn; each summary says which (``timing``)."""
+    import torch
+
+    def timer(run):
+        def one() -> float:
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+            run()
+            e1.record()
+            e1.synchronize()
+            return e0.elapsed_time(e1)
+
+        return one
+
+    timers, how = [], []
+    for fn in fns:
+        try:
+            timers.append(timer(capture_graph(fn, warmup, warmup).replay))
+            how.append("graph, interleaved")
+        except RuntimeError as e:
+            for _ in range(warmup):
+                fn()
+            timers.append(timer(fn))
+            how.append(f"events, interleaved (graph capture failed: {e})")
+    samples = in_rounds(timers, reps, rounds)
+    return [
+        {**_summary(t, len(t)), "timing": h, "rounds": rounds}
+        for t, h in zip(samples, how, strict=True)
+    ]
+
+
 def time_events(fn, reps: int, warmup: int, flush=None) -> dict:
     """``fn`` called ``reps`` times after warm-up, each call timed; ``flush``
     (a large tensor) is zeroed before each to evict the inputs from L2."""

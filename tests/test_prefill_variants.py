@@ -235,3 +235,32 @@ def test_the_cycle_model_puts_the_sweep_beside_each_shape():
     row = next(line for line in lines if line.startswith("| hd128.w8m1k64c1 |"))
     assert row.endswith(f" {measured['hd128.w8m1k64c1']:.1%} |")
     assert tcm.variants_table(shapes, {})[2].endswith(" - |")
+
+
+def test_the_runs_of_a_case_are_timed_in_interleaved_rounds():
+    # Identical launches timed one after the other in a sweep differed by up
+    # to 4.6 % (results/bench_prefill_variants_034_h100_rowsums_2.json, the
+    # paged and previous_rule rows of one split): a drift of the clocks over
+    # a run lands between shapes timed in blocks, and on each alike in rounds.
+    import statistics
+
+    from timing import in_rounds
+
+    clock = iter(range(10_000))
+    order: list[str] = []
+
+    def timer(name: str):
+        def one() -> float:
+            order.append(name)
+            return 1.0 + next(clock) / 1000  # the GPU slows down steadily
+
+        return one
+
+    samples = in_rounds([timer("a"), timer("b")], reps=40, rounds=4)
+    assert [len(s) for s in samples] == [40, 40]
+    assert order[:20] == ["a"] * 10 + ["b"] * 10 and order[20] == "a"
+    a, b = (statistics.median(s) for s in samples)
+    assert abs(a - b) / a < 0.01  # the same launch: the same median, within 1 %
+    blocks = [[1.0 + (i + 40 * k) / 1000 for i in range(40)] for k in range(2)]
+    x, y = (statistics.median(s) for s in blocks)
+    assert (y - x) / x > 0.03  # timed in blocks, the drift alone makes 3 %
