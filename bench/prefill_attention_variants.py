@@ -16,9 +16,10 @@ through bench/sm75_prefill_lib.py (no vLLM, no torch extension). Modes:
   and bench/mma_microbench.py at the kernel's occupancy; every shape against
   a float64 reference on ragged batches (outputs poisoned with NaN,
   automatic and forced splits); then each shape timed in CUDA graphs, median
-  after warm-up, the shapes of a case in turn over four rounds, on 2048 query tokens (or --queries) after 32,768 and
-  153,600 of context, as a fraction of that ceiling and against the
-  shipped shape, and the shipped shapes once more on L2-resident keys.
+  after warm-up, the shapes of a case in turn over four rounds, on 2048
+  query tokens (or --queries) after 32,768 and 153,600 of context, as a
+  fraction of that ceiling and against the shipped shape, and the shipped
+  shapes once more on L2-resident keys.
   H200 figures through compute_75 PTX, never Turing figures. About 3
   minutes on one H200.
 
