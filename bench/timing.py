@@ -6,6 +6,7 @@ using these stay importable without it (their documents and figures)."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 
@@ -38,22 +39,24 @@ def capture_graph(fn, calls: int = 3, replays: int = 3):
     return graph
 
 
+def elapsed_ms(run) -> float:
+    """One call of ``run`` between two CUDA events: its GPU time in ms."""
+    import torch
+
+    e0 = torch.cuda.Event(enable_timing=True)
+    e1 = torch.cuda.Event(enable_timing=True)
+    e0.record()
+    run()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1)
+
+
 def time_graph(fn, reps: int, warmup: int = 3) -> dict:
     """``fn`` captured in a CUDA graph after warm-up and replayed ``reps``
     times, each replay timed."""
-    import torch
-
     graph = capture_graph(fn, warmup, warmup)
-    times = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        graph.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return _summary(times, reps)
+    return _summary([elapsed_ms(graph.replay) for _ in range(reps)], reps)
 
 
 def in_rounds(timers: list, reps: int, rounds: int) -> list[list[float]]:
@@ -73,29 +76,15 @@ def time_interleaved(fns: list, reps: int, rounds: int = 4, warmup: int = 3) -> 
     """Each of ``fns`` captured in a CUDA graph after warm-up and replayed in
     rounds (:func:`in_rounds`), or, where its capture fails, called between
     CUDA events in its turn; each summary says which (``timing``)."""
-    import torch
-
-    def timer(run):
-        def one() -> float:
-            e0 = torch.cuda.Event(enable_timing=True)
-            e1 = torch.cuda.Event(enable_timing=True)
-            e0.record()
-            run()
-            e1.record()
-            e1.synchronize()
-            return e0.elapsed_time(e1)
-
-        return one
-
     timers, how = [], []
     for fn in fns:
         try:
-            timers.append(timer(capture_graph(fn, warmup, warmup).replay))
+            timers.append(functools.partial(elapsed_ms, capture_graph(fn, warmup, warmup).replay))
             how.append("graph, interleaved")
         except RuntimeError as e:
             for _ in range(warmup):
                 fn()
-            timers.append(timer(fn))
+            timers.append(functools.partial(elapsed_ms, fn))
             how.append(f"events, interleaved (graph capture failed: {e})")
     samples = in_rounds(timers, reps, rounds)
     return [
@@ -116,11 +105,5 @@ def time_events(fn, reps: int, warmup: int, flush=None) -> dict:
     for _ in range(reps):
         if flush is not None:
             flush.zero_()
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
+        times.append(elapsed_ms(fn))
     return _summary(times, reps)
